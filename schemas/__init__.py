@@ -1,0 +1,1 @@
+"""Kafka record schemas (message-spec JSON) and table schemas, shipped as package data."""
