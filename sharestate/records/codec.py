@@ -108,12 +108,12 @@ def _read_struct(layout: StructLayout, reader: _Reader) -> tuple[Any, ...]:
             last_tag = tag
             size = reader.uvarint()
             start = reader.need(size)
-            slot = known.get(tag)
-            if slot is None:
+            tagged_slot = known.get(tag)
+            if tagged_slot is None:
                 unknown.append((tag, bytes(reader.data[start:start + size])))
                 continue
             sub = _Reader(reader.data, start, start + size)
-            values[slot.index] = _read_slot(slot, sub)
+            values[tagged_slot.index] = _read_slot(tagged_slot, sub)
             if sub.pos != start + size:
                 raise DecodeError(f"tagged field {tag} has {start + size - sub.pos} extra bytes",
                                   sub.pos)

@@ -1,0 +1,33 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+CONFORMANCE_ENV = "SHARESTATE_CONFORMANCE_DIR"
+
+
+def conformance_root() -> Path:
+    """Where the Kafka-produced fixture folders live (may not exist)."""
+    configured = os.environ.get(CONFORMANCE_ENV)
+    if configured:
+        return Path(configured).resolve()
+    return (PROJECT_ROOT / ".." / "shared" / "fixtures").resolve()
+
+
+def conformance_dir(name: str | None = None) -> Path:
+    """The conformance fixture directory (or one fixture set inside it), or skip the test."""
+    root = conformance_root()
+    if not root.is_dir():
+        pytest.skip(f"conformance fixtures not found at {root} "
+                    f"(set {CONFORMANCE_ENV} to the folder holding kafka-4.4-dev/ etc.)")
+    if name is None:
+        return root
+    folder = root / name
+    if not folder.is_dir():
+        pytest.skip(f"conformance fixture set {name!r} not found under {root}")
+    return folder
