@@ -10,6 +10,7 @@ import base64
 import struct
 from typing import Any
 
+from sharestate import native
 from sharestate.records.spec import Kind, Slot, StructLayout
 
 _I8 = struct.Struct(">b")
@@ -84,7 +85,19 @@ class _Reader:
 
 
 def read_struct(layout: StructLayout, data: bytes, pos: int, end: int) -> tuple[tuple[Any, ...], int]:
-    """Read one struct of `layout` from `data[pos:end]`; returns (values, new position)."""
+    """Read one struct of `layout` from `data[pos:end]`; returns (values, new position).
+
+    Runs in C when `sharestate._native` is available, else in `read_struct_py`.
+    """
+    if native.module is None:
+        return read_struct_py(layout, data, pos, end)
+    result: tuple[tuple[Any, ...], int] = native.module.read_struct(
+        native.program(layout), data, pos, end)
+    return result
+
+
+def read_struct_py(layout: StructLayout, data: bytes, pos: int, end: int) -> tuple[tuple[Any, ...], int]:
+    """The pure-Python reader (the reference the native one is tested against)."""
     reader = _Reader(data, pos, end)
     values = _read_struct(layout, reader)
     return values, reader.pos

@@ -119,7 +119,7 @@ class Schema:
         return _contains(self.flexible, version)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Slot:
     """How one field is read and written at one version.
 
@@ -137,7 +137,7 @@ class Slot:
     flexible: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class StructLayout:
     """A struct at one version: the regular slots in wire order and the tagged ones."""
 

@@ -1,0 +1,31 @@
+/* Shared declarations of the sharestate._native extension. */
+#ifndef SHARESTATE_NATIVE_H
+#define SHARESTATE_NATIVE_H
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline uint16_t native_be16(const unsigned char *p) {
+    return (uint16_t)((p[0] << 8) | p[1]);
+}
+static inline uint32_t native_be32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static inline uint64_t native_be64(const unsigned char *p) {
+    return ((uint64_t)native_be32(p) << 32) | native_be32(p + 4);
+}
+
+/* Raise sharestate.records.codec.DecodeError(message, position). Returns NULL. */
+PyObject *native_decode_error(Py_ssize_t position, const char *format, ...);
+/* 16 bytes -> Kafka's Uuid.toString() (22 chars of URL-safe base64). */
+PyObject *native_uuid_str(const unsigned char *raw);
+
+typedef struct Layout Layout;
+PyObject *native_compile(PyObject *self, PyObject *program);
+Layout *native_layout(PyObject *capsule);
+PyObject *native_read_layout(Layout *layout, const unsigned char *data, Py_ssize_t pos,
+                             Py_ssize_t end, Py_ssize_t *out_pos);
+PyObject *native_read_struct(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+#endif

@@ -1,0 +1,7 @@
+"""`python -m sharestate`."""
+
+import sys
+
+from sharestate.cli import main
+
+sys.exit(main())

@@ -1,0 +1,60 @@
+"""Tell which topic and dialect a segment was written in, from its own records.
+
+Kafka 4.0 and 4.1+ write share-state values with the same version number but different
+layouts (and some `__consumer_offsets` values differ too), so a segment's dialect cannot be
+read off a header. We decode a sample of its data records under every candidate
+(topic, dialect) and keep the candidate under which the fewest records fail; ties go to the
+topic named by the path, then to the newest dialect. The choice and its evidence are
+returned so callers can report them: nothing is guessed silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sharestate.records.catalog import TOPICS, dialect, dialect_names
+from sharestate.records.keyvalue import decode_key_value
+
+SAMPLE_RECORDS = 256
+
+
+@dataclass(frozen=True)
+class Detection:
+    """The chosen topic and dialect, with the failure count of every candidate."""
+
+    topic: str
+    dialect: str
+    sampled: int
+    failures: dict[tuple[str, str], int]
+    forced: bool
+
+    def describe(self) -> str:
+        if self.forced:
+            return f"{self.topic}, dialect {self.dialect} (as requested)"
+        scores = ", ".join(f"{d}: {n}" for (t, d), n in sorted(self.failures.items())
+                           if t == self.topic)
+        return (f"{self.topic}, dialect {self.dialect} (auto: {self.sampled} records sampled;"
+                f" failures by dialect {scores})")
+
+
+def detect(sample: Iterable[tuple[bytes | None, bytes | None]], *, topic: str | None,
+           dialect_name: str | None) -> Detection:
+    """Choose (topic, dialect) for a segment from a sample of its (key, value) pairs.
+
+    `topic` and `dialect_name` pin the choice when given (None = detect).
+    """
+    records = list(sample)
+    topics: Sequence[str] = (topic,) if topic else TOPICS
+    dialects: Sequence[str] = (dialect_name,) if dialect_name else dialect_names()
+    failures: dict[tuple[str, str], int] = {}
+    for candidate_topic in topics:
+        for name in dialects:
+            schemas = dialect(name)
+            failures[(candidate_topic, name)] = sum(
+                decode_key_value(schemas, candidate_topic, key, value).error is not None
+                for key, value in records)
+    newest_first = {name: rank for rank, name in enumerate(dialect_names())}
+    best = min(failures, key=lambda c: (failures[c], TOPICS.index(c[0]), newest_first[c[1]]))
+    return Detection(topic=best[0], dialect=best[1], sampled=len(records), failures=failures,
+                     forced=bool(topic and dialect_name))

@@ -1,0 +1,91 @@
+"""Decode one record's key and value bytes with a dialect's schemas.
+
+Errors are values: a record that cannot be decoded gets a `RecordError` naming what went
+wrong, and whatever could be decoded (usually the key) is kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sharestate.records.catalog import Dialect, RecordKind
+from sharestate.records.codec import DecodeError, read_struct
+
+
+@dataclass(frozen=True, slots=True)
+class RecordError:
+    """Why a record (or part of one) could not be decoded."""
+
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValue:
+    """The decoded key and value of one data record."""
+
+    type_id: int | None
+    kind: RecordKind | None
+    key: tuple[Any, ...] | None
+    value_version: int | None
+    value: tuple[Any, ...] | None
+    error: RecordError | None
+
+    @property
+    def record_type(self) -> str | None:
+        return self.kind.name if self.kind else None
+
+    @property
+    def is_tombstone(self) -> bool:
+        return self.kind is not None and self.error is None and self.value_version is None
+
+
+def _prefix(data: bytes) -> int:
+    return int.from_bytes(data[:2], "big", signed=True)
+
+
+def decode_key_value(dialect: Dialect, topic: str, key: bytes | None,
+                     value: bytes | None) -> KeyValue:
+    """Decode `key`/`value` of a `topic` record; never raises for bad bytes."""
+    if key is None:
+        return KeyValue(None, None, None, None, None,
+                        RecordError("null_key", "coordinator records always have a key"))
+    if len(key) < 2:
+        return KeyValue(None, None, None, None, None,
+                        RecordError("bad_key", f"key of {len(key)} bytes has no record type"))
+    type_id = _prefix(key)
+    kind = dialect.kind(topic, type_id)
+    if kind is None:
+        return KeyValue(type_id, None, None, None, None, RecordError(
+            "unknown_record_type",
+            f"record type {type_id} is unknown to {topic} in dialect {dialect.name}"))
+    layout = kind.key_layout()
+    try:
+        key_values, end = read_struct(layout, key, 2, len(key))
+    except DecodeError as exc:
+        return KeyValue(type_id, kind, None, None, None,
+                        RecordError("bad_key", f"{kind.key.name} at byte {exc.position}: {exc}"))
+    if end != len(key):
+        return KeyValue(type_id, kind, key_values, None, None, RecordError(
+            "trailing_bytes", f"{kind.key.name} leaves {len(key) - end} bytes unread"))
+    if value is None:
+        return KeyValue(type_id, kind, key_values, None, None, None)
+    if len(value) < 2:
+        return KeyValue(type_id, kind, key_values, None, None, RecordError(
+            "bad_value", f"value of {len(value)} bytes has no version"))
+    version = _prefix(value)
+    value_layout = kind.value_layout(version)
+    if value_layout is None:
+        return KeyValue(type_id, kind, key_values, version, None, RecordError(
+            "unknown_value_version",
+            f"{kind.value.name} has no version {version} in dialect {dialect.name}"))
+    try:
+        decoded, end = read_struct(value_layout, value, 2, len(value))
+    except DecodeError as exc:
+        return KeyValue(type_id, kind, key_values, version, None, RecordError(
+            "bad_value", f"{kind.value.name} v{version} at byte {exc.position}: {exc}"))
+    if end != len(value):
+        return KeyValue(type_id, kind, key_values, version, decoded, RecordError(
+            "trailing_bytes", f"{kind.value.name} v{version} leaves {len(value) - end} bytes unread"))
+    return KeyValue(type_id, kind, key_values, version, decoded, None)
