@@ -1,0 +1,92 @@
+"""What the log layer hands out: batch headers, raw records, findings and batches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+COMPRESSION_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
+"""Codec names by the id held in attribute bits 0-2."""
+
+CREATE_TIME = "CreateTime"
+LOG_APPEND_TIME = "LogAppendTime"
+NO_TIMESTAMP_TYPE = "NoTimestampType"
+
+DEFAULT_RAW_CAP = 4096
+"""How many offending bytes a `Finding` keeps by default."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """A batch header as Kafka sees it; legacy (magic 0/1) entries are mapped onto it.
+
+    `position` is the byte position of the batch in the stream and `size_in_bytes` its
+    whole size including the 12-byte offset+length prefix. `crc` is the stored checksum
+    (unsigned) and `crc_valid` whether it matches the bytes.
+    """
+
+    position: int
+    base_offset: int
+    last_offset: int
+    size_in_bytes: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    crc_valid: bool
+    compression: str
+    timestamp_type: str
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    is_transactional: bool
+    is_control: bool
+    record_count: int
+    has_delete_horizon: bool
+
+
+class RawRecord(NamedTuple):
+    """One record: absolute offset and timestamp, sequence (-1 without one), raw bytes.
+
+    `value` None is a tombstone; `headers` are (key, value-or-None) pairs.
+    """
+
+    offset: int
+    timestamp: int
+    sequence: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A problem found in the input, with where it is and the bytes concerned.
+
+    `position` is a byte position in the stream, `offset` the log offset concerned when it
+    is known. `raw` holds at most the configured number of offending bytes and
+    `raw_length` the full length of the offending range.
+    """
+
+    kind: str
+    message: str
+    position: int
+    offset: int | None
+    raw: bytes
+    raw_length: int
+
+    @classmethod
+    def of(cls, kind: str, message: str, position: int, offset: int | None,
+           raw: bytes | memoryview, cap: int = DEFAULT_RAW_CAP) -> Finding:
+        """Build a finding, keeping at most `cap` bytes of `raw`."""
+        return cls(kind, message, position, offset, bytes(raw[:cap]), len(raw))
+
+
+@dataclass(slots=True)
+class Batch:
+    """A batch header, its records (in log order) and the problems found inside it."""
+
+    header: BatchHeader
+    records: list[RawRecord]
+    findings: list[Finding] = field(default_factory=list)

@@ -1,0 +1,365 @@
+"""Bad bytes: each case is built from a real Kafka segment and must not lose good batches."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import random
+import struct
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import conformance_dir
+from crc32c import crc32c
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sharestate.log import (
+    Batch,
+    Finding,
+    RawRecord,
+    build_batch,
+    discover,
+    encode_record,
+    parse_control,
+    parse_records,
+    read_batches,
+)
+from sharestate.log.framing import LOG_OVERHEAD, V2_HEADER_SIZE
+
+
+def read_all(data: bytes, **options: Any) -> list[Batch | Finding]:
+    return list(read_batches(io.BytesIO(data), **options))
+
+
+def fixture(name: str = "share_codec_none.log") -> bytes:
+    return (conformance_dir("kafka-4.4-dev") / name).read_bytes()
+
+
+def spans(data: bytes) -> list[tuple[int, int]]:
+    """(position, size) of every batch of a clean segment."""
+    items = read_all(data)
+    assert all(isinstance(i, Batch) and i.header.crc_valid for i in items)
+    return [(i.header.position, i.header.size_in_bytes) for i in items if isinstance(i, Batch)]
+
+
+def batches(items: list[Batch | Finding]) -> list[Batch]:
+    return [i for i in items if isinstance(i, Batch)]
+
+
+def findings(items: list[Batch | Finding]) -> list[Finding]:
+    return [i for i in items if isinstance(i, Finding)]
+
+
+def records(items: list[Batch | Finding]) -> list[tuple[int, bytes | None, bytes | None]]:
+    return [(r.offset, r.key, r.value) for b in batches(items) for r in b.records]
+
+
+def test_truncated_final_batch() -> None:
+    data = fixture()
+    last_position, _ = spans(data)[-1]
+    items = read_all(data[:-100])
+    good = read_all(data)
+    assert batches(items) == batches(good)[:-1]
+    [finding] = findings(items)
+    assert finding.kind == "truncated_batch"
+    assert finding.position == last_position
+    assert finding.offset == batches(good)[-1].header.base_offset
+    assert finding.raw_length == len(data) - 100 - last_position
+    assert "declares" in finding.message
+
+
+def test_crc_mismatch_keeps_records() -> None:
+    data = bytearray(fixture())
+    position, size = spans(bytes(data))[1]
+    data[position + size - 10] ^= 0x01  # inside the last record's value
+    items = read_all(bytes(data))
+    good = read_all(fixture())
+    assert findings(items) == []
+    bad = batches(items)[1]
+    assert not bad.header.crc_valid
+    assert [f.kind for f in bad.findings] == ["crc_mismatch"]
+    assert bad.findings[0].position == position
+    assert bad.findings[0].offset == bad.header.base_offset
+    assert len(bad.records) == len(batches(good)[1].records)
+    assert bad.records[:-1] == batches(good)[1].records[:-1]
+    assert bad.records[-1].value != batches(good)[1].records[-1].value
+    for i, batch in enumerate(batches(items)):
+        if i != 1:
+            assert batch == batches(good)[i]
+
+
+def test_batch_length_past_end_of_file() -> None:
+    data = bytearray(fixture())
+    layout = spans(bytes(data))
+    position, _ = layout[1]
+    struct.pack_into(">i", data, position + 8, 10 << 20)
+    items = read_all(bytes(data))
+    good = batches(read_all(fixture()))
+    [finding] = findings(items)
+    assert finding.kind == "truncated_batch"
+    assert finding.position == position
+    assert finding.raw_length == layout[1][1]
+    assert f"resuming at {layout[2][0]}" in finding.message
+    assert batches(items) == [good[0], *good[2:]]
+
+
+def test_overlong_length_with_bad_crc_resumes_at_the_next_batch() -> None:
+    data = bytearray(fixture())
+    layout = spans(bytes(data))
+    (first, _), _, (third, _) = layout[1:4]
+    struct.pack_into(">i", data, first + 8, third - first - LOG_OVERHEAD + 40)
+    items = read_all(bytes(data))
+    good = batches(read_all(fixture()))
+    assert findings(items) == []
+    damaged = batches(items)[1]
+    assert [f.kind for f in damaged.findings][:1] == ["crc_mismatch"]
+    assert "bad_length" in [f.kind for f in damaged.findings]
+    assert damaged.records == good[1].records  # the records themselves are intact
+    assert batches(items)[2:] == good[2:]
+
+
+def test_garbage_between_batches() -> None:
+    data = fixture()
+    position, size = spans(data)[1]
+    cut = position + size
+    garbage = random.Random(7).randbytes(1000)
+    items = read_all(data[:cut] + garbage + data[cut:])
+    [finding] = findings(items)
+    assert finding.position == cut
+    assert finding.raw == garbage and finding.raw_length == len(garbage)
+    assert finding.offset is None
+    assert records(items) == records(read_all(data))
+    assert [b.header.position for b in batches(items)][2] == cut + len(garbage)
+
+
+def test_raw_bytes_are_capped() -> None:
+    data = fixture()
+    size = spans(data)[0][1]
+    garbage = b"\xff" * 10_000
+    items = read_all(data[:size] + garbage + data[size:], max_raw_bytes=64)
+    [finding] = findings(items)
+    assert finding.raw == b"\xff" * 64 and finding.raw_length == 10_000
+
+
+def test_unknown_magic() -> None:
+    data = bytearray(fixture())
+    position, _ = spans(bytes(data))[2]
+    data[position + 16] = 7
+    items = read_all(bytes(data))
+    good = batches(read_all(fixture()))
+    [finding] = findings(items)
+    assert finding.kind == "unknown_magic"
+    assert finding.position == position
+    assert "7" in finding.message
+    assert batches(items) == good[:2] + good[3:]
+
+
+def test_negative_length_and_trailing_bytes() -> None:
+    data = fixture()
+    size = spans(data)[0][1]
+    bogus = struct.pack(">qi", 5, -20) + b"\x02" * 30
+    items = read_all(data[:size] + bogus + data[size:] + b"\x00" * 9)
+    first, second = findings(items)
+    assert (first.kind, first.position, first.raw_length) == ("bad_length", size, len(bogus))
+    assert second.kind == "trailing_bytes" and second.raw == b"\x00" * 9
+    assert second.position == len(data) + len(bogus)
+    assert records(items) == records(read_all(data))
+
+
+def test_too_large_batch_is_skipped() -> None:
+    data = bytearray(fixture())
+    size = spans(bytes(data))[0][1]
+    items = read_all(bytes(data), max_batch_bytes=size - 1)
+    kinds = {f.kind for f in findings(items)}
+    assert "batch_too_large" in kinds
+
+
+def _bomb(codec: str) -> bytes:
+    record = RawRecord(100, 1_700_000_000_000, -1, b"k", bytes(20 << 20), ())
+    return build_batch([record], compression=codec)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "zstd", "lz4", "snappy"])
+def test_decompression_bomb(codec: str) -> None:
+    data = fixture()
+    size = spans(data)[0][1]
+    bomb = _bomb(codec)
+    assert len(bomb) < 1 << 20
+    stream = data[:size] + bomb + data[size:]
+    tracemalloc.start()
+    try:
+        items = read_all(stream, max_inflated_bytes=1 << 20)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 12 << 20, peak
+    assert findings(items) == []
+    bombed = batches(items)[1]
+    assert bombed.records == []
+    [finding] = bombed.findings
+    assert finding.kind == "decompression_limit"
+    assert finding.position == size and finding.offset == 100
+    assert records(items) == records(read_all(data))
+
+
+def test_corrupt_compressed_payload() -> None:
+    batch = bytearray(build_batch([RawRecord(0, 0, -1, b"k", b"v" * 100, ())],
+                                  compression="gzip"))
+    batch[V2_HEADER_SIZE + 12] ^= 0xFF
+    [item] = read_all(bytes(batch))
+    assert isinstance(item, Batch)
+    assert {f.kind for f in item.findings} == {"crc_mismatch", "decompression_failed"}
+
+
+def test_bad_record_in_valid_batch_keeps_earlier_records() -> None:
+    good = [RawRecord(10 + i, 1000 + i, -1, b"key", b"value%d" % i, ()) for i in range(3)]
+    batch = bytearray(build_batch(good))
+    # Make the last record's value length claim more bytes than the record holds, then
+    # rebuild the CRC so that the batch itself is valid.
+    last = V2_HEADER_SIZE + sum(len(encode_record(r, 10, 1000)) for r in good[:2])
+    batch[batch.index(b"value2", last) - 1] = 40
+    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
+    [item] = read_all(bytes(batch))
+    assert isinstance(item, Batch) and item.header.crc_valid
+    assert item.records == good[:2]
+    [finding] = item.findings
+    assert finding.kind == "bad_record"
+    assert "record 2" in finding.message
+    assert finding.position == last
+
+
+def test_parse_records_rejects_overlong_varint() -> None:
+    buf = b"\xff\xff\xff\xff\xff\x01" + b"\x00" * 20
+    parsed, error = parse_records(buf, 0, len(buf), 1, 0, 0, 0)
+    assert parsed == [] and error is not None and "longer than 5 bytes" in error[0]
+    parsed, error = parse_records(b"", 0, 0, -1, 0, 0, 0)
+    assert parsed == [] and error == ("negative record count -1", 0)
+
+
+def test_parse_records_reports_leftover_bytes() -> None:
+    batch = build_batch([RawRecord(0, 0, 0, None, b"v", ())], base_sequence=0)
+    buf = batch + b"\x00\x00"
+    parsed, error = parse_records(buf, V2_HEADER_SIZE, len(buf), 1, 0, 0, 0)
+    assert len(parsed) == 1 and error == ("2 bytes left after the last of 1 records", len(batch))
+
+
+def test_sequence_wraps_like_kafka() -> None:
+    batch = build_batch([RawRecord(i, 0, 0, None, b"", ()) for i in range(3)],
+                        base_sequence=0x7FFFFFFF)
+    [item] = read_all(batch)
+    assert isinstance(item, Batch)
+    assert [r.sequence for r in item.records] == [0x7FFFFFFF, 0, 1]
+
+
+def test_bad_control_records_are_findings() -> None:
+    batch = build_batch([RawRecord(5, 0, -1, b"\x00\x00\x00\x09", b"\x00\x00\x00\x00\x00\x01",
+                                   ()),
+                         RawRecord(6, 0, -1, b"\x00", None, ()),
+                         RawRecord(7, 0, -1, b"\x00\x00\x00\x01", b"\x00", ()),
+                         RawRecord(8, 0, -1, b"\xff\xff\x00\x01", b"\x00\x00\x00\x00\x00\x01",
+                                   ())],
+                        is_control=True, is_transactional=True, producer_id=9)
+    [item] = read_all(batch)
+    assert isinstance(item, Batch)
+    results = [parse_control(r, item.header) for r in item.records]
+    assert all(isinstance(r, Finding) for r in results)
+    assert [r.kind for r in results if isinstance(r, Finding)] == [
+        "unknown_control_type", "bad_control_record", "bad_control_record",
+        "bad_control_record"]
+    assert [r.offset for r in results if isinstance(r, Finding)] == [5, 6, 7, 8]
+
+
+# --- property tests ----------------------------------------------------------------------
+
+SEGMENTS = ("share_codecs_mixed.log", "share_txn.log", "consumer_offsets_records.log")
+
+
+def _check_stream(data: bytes, **options: Any) -> list[Batch | Finding]:
+    items = read_all(data, **options)
+    positions = [i.header.position if isinstance(i, Batch) else i.position for i in items]
+    assert positions == sorted(set(positions))
+    for item in items:
+        for finding in [item] if isinstance(item, Finding) else item.findings:
+            assert len(finding.raw) <= min(finding.raw_length, 4096)
+            assert finding.kind and finding.message
+    return items
+
+
+mutation = st.one_of(
+    st.tuples(st.just("flip"), st.integers(0, 1 << 20), st.integers(1, 255)),
+    st.tuples(st.just("insert"), st.integers(0, 1 << 20), st.binary(min_size=1, max_size=80)),
+    st.tuples(st.just("delete"), st.integers(0, 1 << 20), st.integers(1, 200)),
+    st.tuples(st.just("truncate"), st.integers(0, 1 << 20), st.just(0)),
+)
+
+
+def _mutate(data: bytes, ops: list[tuple[str, int, Any]]) -> bytes:
+    out = bytearray(data)
+    for op, where, arg in ops:
+        at = where % (len(out) + 1)
+        if op == "flip" and at < len(out):
+            out[at] ^= arg
+        elif op == "insert":
+            out[at:at] = arg
+        elif op == "delete":
+            del out[at:at + arg]
+        elif op == "truncate":
+            del out[at:]
+    return bytes(out)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(SEGMENTS), st.lists(mutation, min_size=1, max_size=6),
+       st.sampled_from([1 << 20, 97]))
+def test_mutations_never_raise(name: str, ops: list[tuple[str, int, Any]], chunk: int) -> None:
+    _check_stream(_mutate(fixture(name), ops), chunk_bytes=chunk,
+                  max_inflated_bytes=1 << 16)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(SEGMENTS), st.integers(0, 1 << 20), st.integers(1, 255))
+def test_one_changed_byte_spoils_only_its_batch(name: str, where: int, xor: int) -> None:
+    data = fixture(name)
+    at = where % len(data)
+    changed = bytearray(data)
+    changed[at] ^= xor
+    items = _check_stream(bytes(changed))
+    hit = next(p for p, size in spans(data) if p <= at < p + size)
+    expected = [b for b in batches(read_all(data)) if b.header.position != hit]
+    survivors = [b for b in batches(items) if b.header.position != hit]
+    assert survivors == expected
+
+
+def test_worst_case_garbage_terminates() -> None:
+    # Every byte a plausible magic and every length plausible: the scan must still end.
+    blob = b"\xff" * 9 + (struct.pack(">qi", 0, 49) + b"\x00" * 4 + b"\x02") * 5000
+    items = _check_stream(blob + fixture()[:LOG_OVERHEAD + 5])
+    [finding] = items
+    assert isinstance(finding, Finding) and finding.raw_length == len(blob) + 17
+
+
+def test_cut_gzip_stream_ends_with_a_read_error(tmp_path: Path) -> None:
+    data = fixture()
+    packed = gzip.compress(data)
+    path = tmp_path / "00000000000000000000.log.gz"
+    path.write_bytes(packed[: len(packed) * 2 // 3])
+    [segment] = discover([path])
+    with segment.open() as stream:
+        items = list(read_batches(stream, chunk_bytes=512))
+    assert isinstance(items[-1], Finding) and items[-1].kind == "read_error"
+    assert "EOFError" in items[-1].message
+    got = batches(items)
+    assert got and got == batches(read_all(data))[:len(got)]
+
+
+def test_unknown_codec_id_is_a_finding() -> None:
+    batch = bytearray(build_batch([RawRecord(0, 0, -1, b"k", b"v", ())]))
+    batch[22] |= 5
+    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
+    [item] = read_all(bytes(batch))
+    assert isinstance(item, Batch) and item.header.crc_valid
+    assert item.header.compression == "unknown" and item.records == []
+    assert [f.kind for f in item.findings] == ["unknown_compression"]
