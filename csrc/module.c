@@ -1,6 +1,5 @@
 /* sharestate._native: C twins of the hot pure-Python paths (same results, faster). */
 #include "native.h"
-#include <stdarg.h>
 
 static PyObject *decode_error_class = NULL;
 
@@ -50,6 +49,10 @@ static PyMethodDef methods[] = {
     {"compile", native_compile, METH_O, "compile(program) -> layout capsule"},
     {"read_struct", (PyCFunction)(void (*)(void))native_read_struct, METH_FASTCALL,
      "read_struct(layout, data, pos, end) -> (values, new_pos)"},
+    {"parse_records", (PyCFunction)(void (*)(void))native_parse_records, METH_FASTCALL,
+     "parse_records(buf, pos, end, count, base_offset, base_timestamp, base_sequence)"},
+    {"scan_v2", (PyCFunction)(void (*)(void))native_scan_v2, METH_FASTCALL,
+     "scan_v2(buf, off, base_position, max_batch, crc_fn, create_time, log_append_time, none, max_batches)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -3,6 +3,7 @@
 #define SHARESTATE_NATIVE_H
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -27,5 +28,8 @@ Layout *native_layout(PyObject *capsule);
 PyObject *native_read_layout(Layout *layout, const unsigned char *data, Py_ssize_t pos,
                              Py_ssize_t end, Py_ssize_t *out_pos);
 PyObject *native_read_struct(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+PyObject *native_parse_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *native_scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

@@ -16,8 +16,7 @@ DEFAULT_RAW_CAP = 4096
 """How many offending bytes a `Finding` keeps by default."""
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
+class BatchHeader(NamedTuple):
     """A batch header as Kafka sees it; legacy (magic 0/1) entries are mapped onto it.
 
     `position` is the byte position of the batch in the stream and `size_in_bytes` its

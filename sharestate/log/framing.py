@@ -30,6 +30,7 @@ from typing import BinaryIO
 
 from crc32c import crc32c
 
+from sharestate import native
 from sharestate.log.batch import (
     COMPRESSION_NAMES,
     CREATE_TIME,
@@ -56,6 +57,8 @@ _CRC = struct.Struct(">I")
 _PROBE = 17  # bytes needed to see the length and the magic
 _MIN_LENGTH = (*MIN_MESSAGE_SIZE, V2_HEADER_SIZE - LOG_OVERHEAD)
 _MAGIC_BYTE = re.compile(b"[\x00-\x02]")
+
+_SCAN_BATCHES = 64  # batches per native call: keeps short-lived objects short-lived
 
 _Problem = tuple[str, str, int | None]  # kind, message, offset
 
@@ -161,6 +164,8 @@ class _Scanner:
         self._seek_start()
         pos = self.start
         while True:
+            if native.module is not None:
+                pos = yield from self._scan_clean(pos)
             if not self._fill(pos, pos + _PROBE):
                 left = self._end() - pos
                 if left > 0:
@@ -201,6 +206,19 @@ class _Scanner:
                     resume = inner
             yield batch
             pos = resume
+
+    def _scan_clean(self, pos: int) -> Generator[Batch, None, int]:
+        """Native fast path: yield the run of clean v2 batches buffered at `pos`."""
+        assert native.module is not None
+        off = pos - self.base
+        while True:
+            scanned, off = native.module.scan_v2(self.buf, off, self.base, self.max_batch,
+                                                 crc32c, CREATE_TIME, LOG_APPEND_TIME,
+                                                 COMPRESSION_NAMES[0], _SCAN_BATCHES)
+            for header, records in scanned:
+                yield Batch(header, records, [])
+            if len(scanned) < _SCAN_BATCHES:
+                return int(self.base + off)
 
     def _frame_problem(self, magic: int, length: int) -> _Problem | None:
         if length < 0:

@@ -10,6 +10,7 @@ the bytes its length declares, and no bytes may remain after the last record.
 
 from __future__ import annotations
 
+from sharestate import native
 from sharestate.log.batch import RawRecord
 
 RecordError = tuple[str, int]
@@ -78,7 +79,19 @@ def sequence_of(base_sequence: int, offset_delta: int) -> int:
 def parse_records(buf: bytes, pos: int, end: int, count: int, base_offset: int,
                   base_timestamp: int, base_sequence: int,
                   ) -> tuple[list[RawRecord], RecordError | None]:
-    """Parse `count` v2 records from `buf[pos:end]`.
+    """Parse `count` v2 records from `buf[pos:end]` (in C when `sharestate._native` is built)."""
+    if native.module is None:
+        return parse_records_py(buf, pos, end, count, base_offset, base_timestamp,
+                                base_sequence)
+    result: tuple[list[RawRecord], RecordError | None] = native.module.parse_records(
+        buf, pos, end, count, base_offset, base_timestamp, base_sequence)
+    return result
+
+
+def parse_records_py(buf: bytes, pos: int, end: int, count: int, base_offset: int,
+                     base_timestamp: int, base_sequence: int,
+                     ) -> tuple[list[RawRecord], RecordError | None]:
+    """The pure-Python parser: `count` v2 records from `buf[pos:end]`.
 
     Returns the records parsed (offset = base_offset + offsetDelta, timestamp =
     base_timestamp + timestampDelta, both wrapped to int64) and None, or the records

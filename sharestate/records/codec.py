@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import struct
+from functools import cache
 from typing import Any
 
 from sharestate import native
@@ -84,6 +85,29 @@ class _Reader:
         return int(self.fixed(_I32 if wide else _I16))
 
 
+def _slot_program(slot: Slot) -> tuple[Any, ...]:
+    sub: Any = None
+    if slot.struct is not None:
+        sub = _struct_program(slot.struct)
+    elif slot.element is not None:
+        sub = _slot_program(slot.element)
+    return (slot.index, int(slot.kind), slot.nullable, slot.flexible, sub, slot.name)
+
+
+def _struct_program(layout: StructLayout) -> tuple[Any, ...]:
+    return (layout.flexible, layout.width, layout.defaults,
+            tuple(_slot_program(s) for s in layout.regular),
+            tuple((tag, _slot_program(s)) for tag, s in layout.tagged),
+            layout.names)
+
+
+@cache
+def _program(layout: StructLayout) -> Any:
+    """The compiled native form of `layout` (cached; layouts live for the process)."""
+    assert native.module is not None
+    return native.module.compile(_struct_program(layout))
+
+
 def read_struct(layout: StructLayout, data: bytes, pos: int, end: int) -> tuple[tuple[Any, ...], int]:
     """Read one struct of `layout` from `data[pos:end]`; returns (values, new position).
 
@@ -92,7 +116,7 @@ def read_struct(layout: StructLayout, data: bytes, pos: int, end: int) -> tuple[
     if native.module is None:
         return read_struct_py(layout, data, pos, end)
     result: tuple[tuple[Any, ...], int] = native.module.read_struct(
-        native.program(layout), data, pos, end)
+        _program(layout), data, pos, end)
     return result
 
 

@@ -1,0 +1,152 @@
+/* Native fast path of sharestate/log/framing.py: walk consecutive "clean" v2 batches.
+ *
+ * A clean batch is magic 2, fully inside the buffer, within the size limit, uncompressed,
+ * with a verified CRC-32C and records that parse without error. The walk stops at the
+ * first batch that is not clean (or at the end of the buffer) and returns where it
+ * stopped; the Python walker then handles that position with its full rules. Headers and
+ * records are exactly what the Python path builds for the same bytes.
+ */
+#include "native.h"
+
+static PyObject *header_type = NULL;
+
+static int load_header_type(void) {
+    if (header_type) return 0;
+    PyObject *module = PyImport_ImportModule("sharestate.log.batch");
+    if (!module) return -1;
+    header_type = PyObject_GetAttrString(module, "BatchHeader");
+    Py_DECREF(module);
+    return header_type ? 0 : -1;
+}
+
+static int crc_matches(PyObject *crc_fn, const unsigned char *data, Py_ssize_t n,
+                       uint32_t stored) {
+    PyObject *view = PyMemoryView_FromMemory((char *)data, n, PyBUF_READ);
+    if (!view) return -1;
+    PyObject *actual = PyObject_CallOneArg(crc_fn, view);
+    Py_DECREF(view);
+    if (!actual) return -1;
+    unsigned long value = PyLong_AsUnsignedLong(actual);
+    Py_DECREF(actual);
+    if (PyErr_Occurred()) return -1;
+    return value == stored;
+}
+
+/* scan_v2(buf, off, base_position, max_batch, crc_fn, create_time, log_append_time, none,
+ *         max_batches) -> ([(header, records), ...], new_off) */
+PyObject *native_scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "scan_v2 takes 9 arguments");
+        return NULL;
+    }
+    if (load_header_type() < 0) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    Py_ssize_t off = PyLong_AsSsize_t(args[1]);
+    long long base_position = PyLong_AsLongLong(args[2]);
+    long long max_batch = PyLong_AsLongLong(args[3]);
+    PyObject *crc_fn = args[4], *create_time = args[5], *log_append = args[6];
+    PyObject *none_codec = args[7];
+    Py_ssize_t max_batches = PyLong_AsSsize_t(args[8]);
+    PyObject *out = NULL, *result = NULL;
+    if (PyErr_Occurred()) goto done;
+    out = PyList_New(0);
+    if (!out) goto done;
+    const unsigned char *buf = view.buf;
+    Py_ssize_t len = view.len;
+    while (off >= 0 && off + 61 <= len && PyList_GET_SIZE(out) < max_batches) {
+        const unsigned char *b = buf + off;
+        long long base_offset = (long long)native_be64(b);
+        int32_t length = (int32_t)native_be32(b + 8);
+        long long size = (long long)length + 12;
+        if (b[16] != 2 || length < 49 || size > max_batch || off + size > len) break;
+        uint16_t attributes = native_be16(b + 21);
+        if (attributes & 7) break;
+        int32_t count = (int32_t)native_be32(b + 57);
+        if (count < 0) break;
+        uint32_t stored = native_be32(b + 17);
+        int ok = crc_matches(crc_fn, b + 21, (Py_ssize_t)size - 21, stored);
+        if (ok < 0) goto done;
+        if (!ok) break;
+        int32_t last_delta = (int32_t)native_be32(b + 23);
+        long long base_ts = (long long)native_be64(b + 27);
+        long long max_ts = (long long)native_be64(b + 35);
+        long long base_seq = (int32_t)native_be32(b + 53);
+        PyObject *records;
+        if (count == 0) {
+            records = PyList_New(0);
+            if (!records) goto done;
+        } else {
+            PyObject *argv[7];
+            argv[0] = args[0];
+            argv[1] = PyLong_FromSsize_t(off + 61);
+            argv[2] = PyLong_FromSsize_t(off + (Py_ssize_t)size);
+            argv[3] = PyLong_FromLong(count);
+            argv[4] = PyLong_FromLongLong(base_offset);
+            argv[5] = PyLong_FromLongLong(base_ts);
+            argv[6] = PyLong_FromLongLong(base_seq);
+            PyObject *parsed = NULL;
+            if (argv[1] && argv[2] && argv[3] && argv[4] && argv[5] && argv[6]) {
+                parsed = native_parse_records(NULL, argv, 7);
+            }
+            for (int i = 1; i < 7; i++) Py_XDECREF(argv[i]);
+            if (!parsed) goto done;
+            if (PyTuple_GET_ITEM(parsed, 1) != Py_None) { Py_DECREF(parsed); break; }
+            records = Py_NewRef(PyTuple_GET_ITEM(parsed, 0));
+            Py_DECREF(parsed);
+            if (attributes & 8) {
+                /* LogAppendTime: every record takes the batch's max timestamp */
+                for (Py_ssize_t i = 0; i < PyList_GET_SIZE(records); i++) {
+                    PyObject *rec = PyList_GET_ITEM(records, i);
+                    PyObject *ts = PyLong_FromLongLong(max_ts);
+                    if (!ts) { Py_DECREF(records); goto done; }
+                    PyObject *old = PyTuple_GET_ITEM(rec, 1);
+                    PyTuple_SET_ITEM(rec, 1, ts);
+                    Py_DECREF(old);
+                }
+            }
+        }
+        PyObject *header = ((PyTypeObject *)header_type)->tp_alloc(
+            (PyTypeObject *)header_type, 19);
+        if (!header) { Py_DECREF(records); goto done; }
+        PyObject *items[19] = {
+            PyLong_FromLongLong(base_position + off),
+            PyLong_FromLongLong(base_offset),
+            PyLong_FromLongLong((long long)((uint64_t)base_offset + (uint64_t)(long long)last_delta)),
+            PyLong_FromLongLong(size),
+            PyLong_FromLong((int32_t)native_be32(b + 12)),
+            PyLong_FromLong(2),
+            PyLong_FromUnsignedLong(stored),
+            Py_NewRef(Py_True),
+            Py_NewRef(none_codec),
+            Py_NewRef((attributes & 8) ? log_append : create_time),
+            PyLong_FromLongLong(base_ts),
+            PyLong_FromLongLong(max_ts),
+            PyLong_FromLongLong((long long)native_be64(b + 43)),
+            PyLong_FromLong((int16_t)native_be16(b + 51)),
+            PyLong_FromLongLong(base_seq),
+            PyBool_FromLong(attributes & 16),
+            PyBool_FromLong(attributes & 32),
+            PyLong_FromLong(count),
+            PyBool_FromLong(attributes & 64),
+        };
+        int failed = 0;
+        for (int i = 0; i < 19; i++) {
+            if (!items[i]) failed = 1;
+            PyTuple_SET_ITEM(header, i, items[i] ? items[i] : Py_NewRef(Py_None));
+        }
+        if (failed) { Py_DECREF(header); Py_DECREF(records); goto done; }
+        PyObject *pair = PyTuple_Pack(2, header, records);
+        Py_DECREF(header);
+        Py_DECREF(records);
+        if (!pair || PyList_Append(out, pair) < 0) { Py_XDECREF(pair); goto done; }
+        Py_DECREF(pair);
+        off += (Py_ssize_t)size;
+    }
+    result = Py_BuildValue("(On)", out, off);
+done:
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    return result;
+}

@@ -1,0 +1,279 @@
+/* Native twin of sharestate/log/records_v2.py `parse_records_py`: identical records,
+ * identical error messages and positions. Reads are bounded by the buffer's length (not by
+ * `end`), exactly as the Python version's indexing is, so even malformed input takes the
+ * same path through the checks.
+ */
+#include "native.h"
+
+static PyObject *raw_record_type = NULL;
+
+typedef struct {
+    const unsigned char *buf;
+    Py_ssize_t len;
+    Py_ssize_t pos;
+    PyObject *message;  /* set on failure (owned) */
+    int truncated;
+} Cursor;
+
+static int fail(Cursor *c, const char *format, ...) {
+    va_list vargs;
+    va_start(vargs, format);
+    c->message = PyUnicode_FromFormatV(format, vargs);
+    va_end(vargs);
+    return -1;
+}
+
+static int byte_at(Cursor *c, Py_ssize_t pos, unsigned char *out) {
+    if (pos >= c->len) { c->truncated = 1; return -1; }
+    *out = c->buf[pos];
+    return 0;
+}
+
+/* zig-zag int32, at most 5 bytes, masked to 32 bits */
+static int varint(Cursor *c, long long *out) {
+    uint64_t value = 0;
+    int shift = 0;
+    for (;;) {
+        unsigned char byte;
+        if (byte_at(c, c->pos, &byte) < 0) return -1;
+        c->pos++;
+        value |= (uint64_t)(byte & 0x7F) << shift;
+        if (byte < 0x80) {
+            uint32_t v = (uint32_t)value;
+            *out = (long long)((int32_t)((v >> 1) ^ (0u - (v & 1u))));
+            return 0;
+        }
+        shift += 7;
+        if (shift > 28) return fail(c, "varint longer than 5 bytes");
+    }
+}
+
+/* zig-zag int64, at most 10 bytes, masked to 64 bits */
+static int varlong(Cursor *c, long long *out) {
+    uint64_t value = 0;
+    int shift = 0;
+    for (;;) {
+        unsigned char byte;
+        if (byte_at(c, c->pos, &byte) < 0) return -1;
+        c->pos++;
+        if (shift < 64) value |= (uint64_t)(byte & 0x7F) << shift;
+        if (byte < 0x80) {
+            *out = (long long)((value >> 1) ^ (0ull - (value & 1ull)));
+            return 0;
+        }
+        shift += 7;
+        if (shift > 63) return fail(c, "varlong longer than 10 bytes");
+    }
+}
+
+static int32_t wrap32(long long v) { return (int32_t)(uint32_t)(uint64_t)v; }
+
+static long long sequence_of(long long base, long long delta) {
+    if (base < 0) return -1;
+    const long long i32max = 0x7FFFFFFF;
+    if (delta >= 0 && delta <= i32max - base) return base + delta;
+    if (base > wrap32(i32max - delta)) return wrap32(delta - (i32max - base) - 1);
+    return wrap32(base + delta);
+}
+
+static PyObject *slice(Cursor *c, Py_ssize_t at, Py_ssize_t n) {
+    return PyBytes_FromStringAndSize((const char *)c->buf + at, n);
+}
+
+/* One record; returns a new RawRecord, or NULL with c->message/c->truncated set
+ * (or a Python error pending when allocation failed). */
+static PyObject *one_record(Cursor *c, Py_ssize_t end, long long base_offset,
+                            long long base_timestamp, long long base_sequence) {
+    long long size, ts_delta, off_delta, length;
+    if (varint(c, &size) < 0) return NULL;
+    Py_ssize_t body_end = c->pos + (Py_ssize_t)size;
+    if (size < 1 || body_end > end) {
+        fail(c, "record length %lld with %zd bytes left", size, end - c->pos);
+        return NULL;
+    }
+    c->pos += 1; /* attributes */
+    if (varlong(c, &ts_delta) < 0 || varint(c, &off_delta) < 0) return NULL;
+    PyObject *key = NULL, *value = NULL, *headers = NULL;
+    if (varint(c, &length) < 0) return NULL;
+    if (length < 0) {
+        key = Py_NewRef(Py_None);
+    } else {
+        if (c->pos + length > body_end) {
+            fail(c, "key of %lld bytes overruns the record", length);
+            return NULL;
+        }
+        if (!(key = slice(c, c->pos, (Py_ssize_t)length))) return NULL;
+        c->pos += (Py_ssize_t)length;
+    }
+    if (varint(c, &length) < 0) goto error;
+    if (length < 0) {
+        value = Py_NewRef(Py_None);
+    } else {
+        if (c->pos + length > body_end) {
+            fail(c, "value of %lld bytes overruns the record", length);
+            goto error;
+        }
+        if (!(value = slice(c, c->pos, (Py_ssize_t)length))) goto error;
+        c->pos += (Py_ssize_t)length;
+    }
+    unsigned char first;
+    if (byte_at(c, c->pos, &first) < 0) goto error;
+    if (first == 0) {
+        headers = PyTuple_New(0);
+        c->pos += 1;
+        if (!headers) goto error;
+    } else {
+        long long count;
+        if (varint(c, &count) < 0) goto error;
+        if (count < 0 || count * 2 > body_end - c->pos) {
+            fail(c, "header count %lld does not fit the record", count);
+            goto error;
+        }
+        headers = PyTuple_New((Py_ssize_t)count);
+        if (!headers) goto error;
+        for (Py_ssize_t i = 0; i < (Py_ssize_t)count; i++) {
+            if (varint(c, &length) < 0) goto error;
+            if (length < 0 || c->pos + length > body_end) {
+                fail(c, "header key length %lld is invalid", length);
+                goto error;
+            }
+            PyObject *hkey = PyUnicode_DecodeUTF8((const char *)c->buf + c->pos,
+                                                  (Py_ssize_t)length, "replace");
+            if (!hkey) goto error;
+            c->pos += (Py_ssize_t)length;
+            PyObject *hvalue;
+            if (varint(c, &length) < 0) { Py_DECREF(hkey); goto error; }
+            if (length < 0) {
+                hvalue = Py_NewRef(Py_None);
+            } else {
+                if (c->pos + length > body_end) {
+                    Py_DECREF(hkey);
+                    fail(c, "header value of %lld bytes overruns the record", length);
+                    goto error;
+                }
+                hvalue = slice(c, c->pos, (Py_ssize_t)length);
+                if (!hvalue) { Py_DECREF(hkey); goto error; }
+                c->pos += (Py_ssize_t)length;
+            }
+            PyObject *pair = PyTuple_Pack(2, hkey, hvalue);
+            Py_DECREF(hkey);
+            Py_DECREF(hvalue);
+            if (!pair) goto error;
+            PyTuple_SET_ITEM(headers, i, pair);
+        }
+    }
+    if (c->pos != body_end) {
+        fail(c, "record declares %lld bytes but its fields use %lld", size,
+             (long long)(c->pos - body_end) + size);
+        goto error;
+    }
+    long long offset = (long long)((uint64_t)base_offset + (uint64_t)off_delta);
+    long long timestamp = (long long)((uint64_t)base_timestamp + (uint64_t)ts_delta);
+    PyObject *record = ((PyTypeObject *)raw_record_type)->tp_alloc(
+        (PyTypeObject *)raw_record_type, 6);
+    if (!record) goto error;
+    PyObject *o = PyLong_FromLongLong(offset);
+    PyObject *t = PyLong_FromLongLong(timestamp);
+    PyObject *s = PyLong_FromLongLong(sequence_of(base_sequence, off_delta));
+    if (!o || !t || !s) {
+        Py_XDECREF(o); Py_XDECREF(t); Py_XDECREF(s); Py_DECREF(record);
+        goto error;
+    }
+    PyTuple_SET_ITEM(record, 0, o);
+    PyTuple_SET_ITEM(record, 1, t);
+    PyTuple_SET_ITEM(record, 2, s);
+    PyTuple_SET_ITEM(record, 3, key);
+    PyTuple_SET_ITEM(record, 4, value);
+    PyTuple_SET_ITEM(record, 5, headers);
+    return record;
+error:
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    Py_XDECREF(headers);
+    return NULL;
+}
+
+static int load_record_type(void) {
+    if (raw_record_type) return 0;
+    PyObject *module = PyImport_ImportModule("sharestate.log.batch");
+    if (!module) return -1;
+    raw_record_type = PyObject_GetAttrString(module, "RawRecord");
+    Py_DECREF(module);
+    if (!raw_record_type) return -1;
+    if (!PyType_Check(raw_record_type)
+        || !PyType_IsSubtype((PyTypeObject *)raw_record_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "RawRecord must be a tuple subclass");
+        Py_CLEAR(raw_record_type);
+        return -1;
+    }
+    return 0;
+}
+
+/* parse_records(buf, pos, end, count, base_offset, base_timestamp, base_sequence)
+ *   -> (list of RawRecord, None | (message, position)) */
+PyObject *native_parse_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "parse_records takes 7 arguments");
+        return NULL;
+    }
+    if (load_record_type() < 0) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t end = PyLong_AsSsize_t(args[2]);
+    long long count = PyLong_AsLongLong(args[3]);
+    long long base_offset = PyLong_AsLongLong(args[4]);
+    long long base_timestamp = PyLong_AsLongLong(args[5]);
+    long long base_sequence = PyLong_AsLongLong(args[6]);
+    PyObject *records = NULL, *error = NULL, *result = NULL;
+    if (PyErr_Occurred()) goto done;
+    if (pos < 0 || end > view.len || pos > end) {
+        PyErr_SetString(PyExc_ValueError, "parse_records: bad bounds");
+        goto done;
+    }
+    records = PyList_New(0);
+    if (!records) goto done;
+    if (count < 0) {
+        error = Py_BuildValue("(Nn)", PyUnicode_FromFormat("negative record count %lld", count),
+                              pos);
+        goto pack;
+    }
+    Cursor c = { view.buf, view.len, pos, NULL, 0 };
+    Py_ssize_t start = pos;
+    long long index = 0;
+    for (; index < count; index++) {
+        start = c.pos;
+        if (c.pos >= end) {
+            fail(&c, "batch ends after %lld of %lld records", index, count);
+        } else {
+            PyObject *record = one_record(&c, end, base_offset, base_timestamp, base_sequence);
+            if (record) {
+                int rc = PyList_Append(records, record);
+                Py_DECREF(record);
+                if (rc < 0) goto done;
+                continue;
+            }
+            if (PyErr_Occurred()) goto done;
+        }
+        PyObject *message = c.truncated
+            ? PyUnicode_FromFormat("record %lld: truncated", index)
+            : PyUnicode_FromFormat("record %lld: %U", index, c.message);
+        Py_XDECREF(c.message);
+        if (!message) goto done;
+        error = Py_BuildValue("(Nn)", message, start);
+        goto pack;
+    }
+    if (c.pos != end) {
+        error = Py_BuildValue("(Nn)", PyUnicode_FromFormat(
+            "%zd bytes left after the last of %lld records", end - c.pos, count), c.pos);
+    }
+pack:
+    if (!error && PyErr_Occurred()) goto done;
+    result = PyTuple_Pack(2, records, error ? error : Py_None);
+done:
+    Py_XDECREF(records);
+    Py_XDECREF(error);
+    PyBuffer_Release(&view);
+    return result;
+}

@@ -1,0 +1,136 @@
+"""The C struct reader gives exactly what the pure-Python reader gives, good bytes or bad."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import conformance_dir
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sharestate import native
+from sharestate.log import read_batches
+from sharestate.log.records_v2 import parse_records, parse_records_py
+from sharestate.records import catalog
+from sharestate.records.codec import DecodeError, read_struct, read_struct_py
+from sharestate.records.spec import StructLayout
+
+pytestmark = pytest.mark.skipif(native.module is None, reason="sharestate._native is not built")
+
+
+def _layouts() -> list[StructLayout]:
+    found: list[StructLayout] = []
+    for name in catalog.dialect_names():
+        for kinds in catalog.dialect(name).topics.values():
+            for kind in kinds.values():
+                found.append(kind.key_layout())
+                lo, hi = kind.value.valid.lo, kind.value.valid.hi or kind.value.valid.lo
+                found.extend(layout for v in range(lo, hi + 1)
+                             if (layout := kind.value_layout(v)) is not None)
+    return found
+
+
+LAYOUTS = _layouts()
+
+
+def _outcome(reader: Any, layout: StructLayout, data: bytes) -> tuple[Any, ...]:
+    try:
+        values, pos = reader(layout, data, 0, len(data))
+    except DecodeError as exc:
+        return ("error", str(exc), exc.position)
+    return ("ok", values, pos)
+
+
+def _fixture_payloads() -> Iterator[bytes]:
+    root = conformance_dir()
+    for path in sorted(root.glob("*/*.records.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            for field in ("keyHex", "valueHex"):
+                if row.get(field):
+                    yield bytes.fromhex(row[field])[2:]
+
+
+def test_native_matches_python_on_every_fixture_payload_under_every_layout() -> None:
+    payloads = list(_fixture_payloads())
+    assert payloads
+    for data in payloads:
+        for layout in LAYOUTS:
+            assert _outcome(read_struct, layout, data) == _outcome(read_struct_py, layout, data)
+
+
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(index=st.integers(0, len(LAYOUTS) - 1), data=st.binary(max_size=200))
+def test_native_matches_python_on_random_bytes(index: int, data: bytes) -> None:
+    layout = LAYOUTS[index]
+    assert _outcome(read_struct, layout, data) == _outcome(read_struct_py, layout, data)
+
+
+def _record_outcome(parser: Any, buf: bytes, count: int) -> Any:
+    return parser(buf, 0, len(buf), count, 1000, 1_760_000_000_000, 0)
+
+
+def _fixture_record_sections() -> list[tuple[bytes, int]]:
+    """(uncompressed record bytes, record count) of every uncompressed fixture batch."""
+    sections: list[tuple[bytes, int]] = []
+    for path in sorted(conformance_dir().glob("*/*.log")):
+        data = path.read_bytes()
+        pos = 0
+        while pos + 61 <= len(data):
+            size = int.from_bytes(data[pos + 8:pos + 12], "big") + 12
+            attributes = int.from_bytes(data[pos + 21:pos + 23], "big")
+            count = int.from_bytes(data[pos + 57:pos + 61], "big", signed=True)
+            if attributes & 7 == 0:
+                sections.append((data[pos + 61:pos + size], count))
+            pos += size
+    return sections
+
+
+def test_native_record_parser_matches_python_on_fixture_batches() -> None:
+    sections = _fixture_record_sections()
+    assert sections
+    for buf, count in sections:
+        native_result = _record_outcome(parse_records, buf, count)
+        assert native_result == _record_outcome(parse_records_py, buf, count)
+        assert native_result[1] is None
+
+
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_native_record_parser_matches_python_on_mutations(data: st.DataObject) -> None:
+    sections = _SECTIONS or _fixture_record_sections()
+    _SECTIONS[:] = sections
+    buf, count = sections[data.draw(st.integers(0, len(sections) - 1))]
+    mutated = bytearray(buf[:data.draw(st.integers(0, len(buf)))])
+    for _ in range(data.draw(st.integers(0, 4))):
+        if mutated:
+            mutated[data.draw(st.integers(0, len(mutated) - 1))] = data.draw(st.integers(0, 255))
+    count = data.draw(st.sampled_from([count, count - 1, count + 1, -1, 0]))
+    assert (_record_outcome(parse_records, bytes(mutated), count)
+            == _record_outcome(parse_records_py, bytes(mutated), count))
+
+
+_SECTIONS: list[tuple[bytes, int]] = []
+
+
+def _read_all(data: bytes) -> list[Any]:
+    return list(read_batches(io.BytesIO(data), chunk_bytes=4096))
+
+
+def test_native_batch_walk_matches_python_on_fixtures_and_damage(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    segments = [p.read_bytes() for p in sorted(conformance_dir().glob("*/*.log"))]
+    damaged = []
+    for data in segments:
+        flipped = bytearray(data)
+        flipped[len(data) // 2] ^= 0x40
+        damaged += [bytes(flipped), data[: len(data) - 7], data[:100] + b"garbage" + data[100:]]
+    inputs = segments + damaged
+    fast = [_read_all(data) for data in inputs]
+    monkeypatch.setattr(native, "module", None)
+    slow = [_read_all(data) for data in inputs]
+    assert fast == slow
