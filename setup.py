@@ -23,7 +23,8 @@ class OptionalBuildExt(build_ext):
 setup(
     ext_modules=[Extension(
         "sharestate._native",
-        sources=["csrc/module.c", "csrc/structs.c", "csrc/records.c", "csrc/batches.c"],
+        sources=["csrc/module.c", "csrc/structs.c", "csrc/records.c", "csrc/batches.c",
+                 "csrc/keyvalue.c"],
         depends=["csrc/native.h"],
         extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
     )],

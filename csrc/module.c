@@ -53,6 +53,8 @@ static PyMethodDef methods[] = {
      "parse_records(buf, pos, end, count, base_offset, base_timestamp, base_sequence)"},
     {"scan_v2", (PyCFunction)(void (*)(void))native_scan_v2, METH_FASTCALL,
      "scan_v2(buf, off, base_position, max_batch, crc_fn, create_time, log_append_time, none, max_batches)"},
+    {"decode_key_values", (PyCFunction)(void (*)(void))native_decode_key_values, METH_FASTCALL,
+     "decode_key_values(records, table, fallback) -> list of KeyValue"},
     {NULL, NULL, 0, NULL},
 };
 

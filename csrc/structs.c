@@ -217,6 +217,36 @@ static int read_length(Reader *r, int flexible, int wide, long long *out) {
 
 static PyObject *read_layout(Layout *layout, Reader *r);
 
+/* Coordinator records repeat the same group ids, member ids and topic ids endlessly, so a
+ * small direct-mapped cache of recently decoded strings saves most UTF-8 decoding and
+ * allocation. Entries are immutable str objects; a hit returns a new reference. */
+#define STRING_CACHE_SIZE 1024
+#define STRING_CACHE_MAX_LEN 512
+typedef struct { PyObject *text; Py_ssize_t n; int uuid; unsigned char bytes[STRING_CACHE_MAX_LEN]; } CacheEntry;
+static CacheEntry *string_cache = NULL;
+
+static PyObject *cached_text(const unsigned char *data, Py_ssize_t n, int uuid) {
+    if (n > STRING_CACHE_MAX_LEN || (!string_cache
+            && !(string_cache = PyMem_Calloc(STRING_CACHE_SIZE, sizeof(CacheEntry))))) {
+        return uuid ? native_uuid_str(data)
+                    : PyUnicode_DecodeUTF8((const char *)data, n, "replace");
+    }
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)uuid;
+    for (Py_ssize_t i = 0; i < n; i++) h = (h ^ data[i]) * 1099511628211ull;
+    CacheEntry *e = &string_cache[h & (STRING_CACHE_SIZE - 1)];
+    if (e->text && e->n == n && e->uuid == uuid && memcmp(e->bytes, data, (size_t)n) == 0) {
+        return Py_NewRef(e->text);
+    }
+    PyObject *text = uuid ? native_uuid_str(data)
+                          : PyUnicode_DecodeUTF8((const char *)data, n, "replace");
+    if (!text) return NULL;
+    Py_XSETREF(e->text, Py_NewRef(text));
+    e->n = n;
+    e->uuid = uuid;
+    memcpy(e->bytes, data, (size_t)n);
+    return text;
+}
+
 static PyObject *null_value(Slot *slot, Reader *r) {
     if (!slot->nullable) {
         native_decode_error(r->pos, "null in non-nullable field %U", slot->name);
@@ -256,12 +286,12 @@ static PyObject *read_slot(Slot *slot, Reader *r) {
         return PyBool_FromLong(r->data[s] != 0);
     case K_UUID:
         if (need(r, 16, &s) < 0) return NULL;
-        return native_uuid_str(r->data + s);
+        return cached_text(r->data + s, 16, 1);
     case K_STRING:
         if (read_length(r, slot->flexible, 0, &n) < 0) return NULL;
         if (n < 0) return null_value(slot, r);
         if (need(r, (Py_ssize_t)n, &s) < 0) return NULL;
-        return PyUnicode_DecodeUTF8((const char *)r->data + s, (Py_ssize_t)n, "replace");
+        return cached_text(r->data + s, (Py_ssize_t)n, 0);
     case K_BYTES:
         if (read_length(r, slot->flexible, 1, &n) < 0) return NULL;
         if (n < 0) return null_value(slot, r);

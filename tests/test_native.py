@@ -13,10 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sharestate import native
-from sharestate.log import read_batches
+from sharestate.log import Batch, read_batches
 from sharestate.log.records_v2 import parse_records, parse_records_py
 from sharestate.records import catalog
 from sharestate.records.codec import DecodeError, read_struct, read_struct_py
+from sharestate.records.keyvalue import decode_key_values
 from sharestate.records.spec import StructLayout
 
 pytestmark = pytest.mark.skipif(native.module is None, reason="sharestate._native is not built")
@@ -134,3 +135,20 @@ def test_native_batch_walk_matches_python_on_fixtures_and_damage(
     monkeypatch.setattr(native, "module", None)
     slow = [_read_all(data) for data in inputs]
     assert fast == slow
+
+
+def test_native_key_value_decoding_matches_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    cases = []
+    for path in sorted(conformance_dir().glob("*/*.log")):
+        data = path.read_bytes()
+        for item in read_batches(io.BytesIO(data)):
+            if not isinstance(item, Batch) or item.header.is_control:
+                continue
+            damaged = [r._replace(value=r.value[:-1]) if r.value else r for r in item.records]
+            for name in catalog.dialect_names():
+                for topic in catalog.TOPICS:
+                    cases.append((catalog.dialect(name), topic, item.records))
+                    cases.append((catalog.dialect(name), topic, damaged))
+    fast = [decode_key_values(d, t, records) for d, t, records in cases]
+    monkeypatch.setattr(native, "module", None)
+    assert fast == [decode_key_values(d, t, records) for d, t, records in cases]

@@ -42,7 +42,7 @@ class RecordKind:
         return _layout(self.value, version)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Dialect:
     """A named schema set."""
 

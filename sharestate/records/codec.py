@@ -102,13 +102,14 @@ def _struct_program(layout: StructLayout) -> tuple[Any, ...]:
 
 
 @cache
-def _program(layout: StructLayout) -> Any:
+def native_program(layout: StructLayout) -> Any:
     """The compiled native form of `layout` (cached; layouts live for the process)."""
     assert native.module is not None
     return native.module.compile(_struct_program(layout))
 
 
-def read_struct(layout: StructLayout, data: bytes, pos: int, end: int) -> tuple[tuple[Any, ...], int]:
+def read_struct(layout: StructLayout, data: bytes, pos: int,
+                end: int) -> tuple[tuple[Any, ...], int]:
     """Read one struct of `layout` from `data[pos:end]`; returns (values, new position).
 
     Runs in C when `sharestate._native` is available, else in `read_struct_py`.
@@ -116,11 +117,12 @@ def read_struct(layout: StructLayout, data: bytes, pos: int, end: int) -> tuple[
     if native.module is None:
         return read_struct_py(layout, data, pos, end)
     result: tuple[tuple[Any, ...], int] = native.module.read_struct(
-        _program(layout), data, pos, end)
+        native_program(layout), data, pos, end)
     return result
 
 
-def read_struct_py(layout: StructLayout, data: bytes, pos: int, end: int) -> tuple[tuple[Any, ...], int]:
+def read_struct_py(layout: StructLayout, data: bytes, pos: int,
+                   end: int) -> tuple[tuple[Any, ...], int]:
     """The pure-Python reader (the reference the native one is tested against)."""
     reader = _Reader(data, pos, end)
     values = _read_struct(layout, reader)

@@ -3,8 +3,10 @@
 Kafka 4.0 and 4.1+ write share-state values with the same version number but different
 layouts (and some `__consumer_offsets` values differ too), so a segment's dialect cannot be
 read off a header. We decode a sample of its data records under every candidate
-(topic, dialect) and keep the candidate under which the fewest records fail; ties go to the
-topic named by the path, then to the newest dialect. The choice and its evidence are
+(topic, dialect) and keep the candidate under which the fewest records fail to decode,
+counting records of an unknown type only as a tie-breaker (Kafka itself skips those as
+left-overs, so they are weak evidence); remaining ties go to `__share_group_state`, then
+to the newest dialect. The choice and its evidence are
 returned so callers can report them: nothing is guessed silently.
 """
 
@@ -26,13 +28,14 @@ class Detection:
     topic: str
     dialect: str
     sampled: int
-    failures: dict[tuple[str, str], int]
+    failures: dict[tuple[str, str], tuple[int, int]]
     forced: bool
 
     def describe(self) -> str:
         if self.forced:
             return f"{self.topic}, dialect {self.dialect} (as requested)"
-        scores = ", ".join(f"{d}: {n}" for (t, d), n in sorted(self.failures.items())
+        scores = ", ".join(f"{d}: {bad} + {unknown} of unknown type"
+                           for (t, d), (bad, unknown) in sorted(self.failures.items())
                            if t == self.topic)
         return (f"{self.topic}, dialect {self.dialect} (auto: {self.sampled} records sampled;"
                 f" failures by dialect {scores})")
@@ -47,13 +50,14 @@ def detect(sample: Iterable[tuple[bytes | None, bytes | None]], *, topic: str | 
     records = list(sample)
     topics: Sequence[str] = (topic,) if topic else TOPICS
     dialects: Sequence[str] = (dialect_name,) if dialect_name else dialect_names()
-    failures: dict[tuple[str, str], int] = {}
+    failures: dict[tuple[str, str], tuple[int, int]] = {}
     for candidate_topic in topics:
         for name in dialects:
             schemas = dialect(name)
-            failures[(candidate_topic, name)] = sum(
-                decode_key_value(schemas, candidate_topic, key, value).error is not None
-                for key, value in records)
+            errors = [decoded.error.kind for key, value in records
+                      if (decoded := decode_key_value(schemas, candidate_topic, key, value)).error]
+            unknown = errors.count("unknown_record_type")
+            failures[(candidate_topic, name)] = (len(errors) - unknown, unknown)
     newest_first = {name: rank for rank, name in enumerate(dialect_names())}
     best = min(failures, key=lambda c: (failures[c], TOPICS.index(c[0]), newest_first[c[1]]))
     return Detection(topic=best[0], dialect=best[1], sampled=len(records), failures=failures,

@@ -7,10 +7,13 @@ wrong, and whatever could be decoded (usually the key) is kept.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from functools import cache, partial
+from typing import Any, NamedTuple
 
+from sharestate import native
+from sharestate.log import RawRecord
 from sharestate.records.catalog import Dialect, RecordKind
-from sharestate.records.codec import DecodeError, read_struct
+from sharestate.records.codec import DecodeError, native_program, read_struct
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,9 +24,8 @@ class RecordError:
     message: str
 
 
-@dataclass(frozen=True, slots=True)
-class KeyValue:
-    """The decoded key and value of one data record."""
+class KeyValue(NamedTuple):
+    """The decoded key and value of one data record (value None: tombstone or error)."""
 
     type_id: int | None
     kind: RecordKind | None
@@ -87,5 +89,27 @@ def decode_key_value(dialect: Dialect, topic: str, key: bytes | None,
             "bad_value", f"{kind.value.name} v{version} at byte {exc.position}: {exc}"))
     if end != len(value):
         return KeyValue(type_id, kind, key_values, version, decoded, RecordError(
-            "trailing_bytes", f"{kind.value.name} v{version} leaves {len(value) - end} bytes unread"))
+            "trailing_bytes",
+            f"{kind.value.name} v{version} leaves {len(value) - end} bytes unread"))
     return KeyValue(type_id, kind, key_values, version, decoded, None)
+
+
+def decode_key_values(dialect: Dialect, topic: str, records: list[RawRecord]) -> list[KeyValue]:
+    """`decode_key_value` for every record of a batch (in C when the extension is built)."""
+    if native.module is None:
+        return [decode_key_value(dialect, topic, r.key, r.value) for r in records]
+    decoded: list[KeyValue] = native.module.decode_key_values(
+        records, _native_table(dialect, topic), partial(decode_key_value, dialect, topic))
+    return decoded
+
+
+@cache
+def _native_table(dialect: Dialect, topic: str) -> dict[int, tuple[Any, ...]]:
+    table: dict[int, tuple[Any, ...]] = {}
+    for type_id, kind in dialect.topics.get(topic, {}).items():
+        valid = kind.value.valid
+        versions = range(valid.lo, (valid.hi if valid.hi is not None else valid.lo) + 1)
+        table[type_id] = (kind, native_program(kind.key_layout()),
+                          {v: native_program(layout) for v in versions
+                           if (layout := kind.value_layout(v)) is not None})
+    return table

@@ -14,11 +14,19 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from sharestate.log import Batch, BatchHeader, ControlRecord, Finding, Segment, parse_control
-from sharestate.log import read_batches
+from sharestate.log import (
+    Batch,
+    BatchHeader,
+    ControlRecord,
+    Finding,
+    RawRecord,
+    Segment,
+    parse_control,
+    read_batches,
+)
 from sharestate.records.catalog import dialect
 from sharestate.records.detect import SAMPLE_RECORDS, Detection, detect
-from sharestate.records.keyvalue import KeyValue, RecordError, decode_key_value
+from sharestate.records.keyvalue import KeyValue, RecordError, decode_key_values
 from sharestate.records.render import to_json
 
 
@@ -61,40 +69,65 @@ def detect_segment(segment: Segment, *, dialect_name: str | None = None,
                   dialect_name=dialect_name)
 
 
-def decode_segment(segment: Segment, detection: Detection) -> Iterator[DecodedRecord]:
-    """Stream `segment` as decoded records under `detection`'s topic and dialect."""
+@dataclass(slots=True)
+class DecodedBatch:
+    """A batch with every record decoded: `decoded[i]` belongs to `records[i]`.
+
+    Data records decode to a `KeyValue` (its `error` says why one failed), control
+    records to a `ControlRecord`, or to a `Finding` when the control record is malformed.
+    """
+
+    header: BatchHeader
+    records: list[RawRecord]
+    decoded: list[KeyValue | ControlRecord | Finding]
+    findings: list[Finding]
+
+
+def decode_batches(segment: Segment, detection: Detection) -> Iterator[DecodedBatch | Finding]:
+    """Stream `segment` batch by batch under `detection`'s topic and dialect."""
     schemas = dialect(detection.dialect)
-    topic = detection.topic
-    partition = segment.partition
     with segment.open() as stream:
         for item in read_batches(stream):
             if isinstance(item, Finding):
-                yield _finding_record(topic, partition, item, None)
+                yield item
                 continue
-            header = item.header
-            batch_error = _batch_error(item)
-            for record in item.records:
-                if header.is_control:
-                    control = parse_control(record, header)
-                    if isinstance(control, Finding):
-                        yield _finding_record(topic, partition, control, header,
-                                              record.offset, record.timestamp)
-                        continue
-                    yield DecodedRecord(topic, partition, record.offset, record.timestamp,
-                                        header, None, control, batch_error, header.position,
-                                        record.key, record.value)
-                    continue
-                kv = decode_key_value(schemas, topic, record.key, record.value)
+            decoded: list[KeyValue | ControlRecord | Finding]
+            if item.header.is_control:
+                decoded = [parse_control(record, item.header) for record in item.records]
+            else:
+                decoded = list(decode_key_values(schemas, detection.topic, item.records))
+            yield DecodedBatch(item.header, item.records, decoded, item.findings)
+
+
+def decode_segment(segment: Segment, detection: Detection) -> Iterator[DecodedRecord]:
+    """Stream `segment` as one `DecodedRecord` per record or finding, in log order."""
+    topic = detection.topic
+    partition = segment.partition
+    for item in decode_batches(segment, detection):
+        if isinstance(item, Finding):
+            yield _finding_record(topic, partition, item, None)
+            continue
+        header = item.header
+        batch_error = _batch_error(item.findings)
+        for record, decoded in zip(item.records, item.decoded, strict=True):
+            if isinstance(decoded, Finding):
+                yield _finding_record(topic, partition, decoded, header, record.offset,
+                                      record.timestamp)
+            elif isinstance(decoded, ControlRecord):
                 yield DecodedRecord(topic, partition, record.offset, record.timestamp, header,
-                                    kv, None, kv.error or batch_error, header.position,
-                                    record.key, record.value)
-            for finding in item.findings:
-                if finding.kind != "crc_mismatch":
-                    yield _finding_record(topic, partition, finding, header)
+                                    None, decoded, batch_error, header.position, record.key,
+                                    record.value)
+            else:
+                yield DecodedRecord(topic, partition, record.offset, record.timestamp, header,
+                                    decoded, None, decoded.error or batch_error,
+                                    header.position, record.key, record.value)
+        for finding in item.findings:
+            if finding.kind != "crc_mismatch":
+                yield _finding_record(topic, partition, finding, header)
 
 
-def _batch_error(batch: Batch) -> RecordError | None:
-    for finding in batch.findings:
+def _batch_error(findings: list[Finding]) -> RecordError | None:
+    for finding in findings:
         if finding.kind == "crc_mismatch":
             return RecordError(finding.kind, finding.message)
     return None

@@ -1,0 +1,110 @@
+/* Native twin of sharestate/records/keyvalue.py over a whole batch of records.
+ *
+ * decode_key_values(records, table, fallback) -> list of KeyValue
+ *   records  : list of RawRecord (key at index 3, value at index 4)
+ *   table    : {type_id: (kind, key_layout, {version: value_layout})}
+ *   fallback : callable(key, value) -> KeyValue, the Python decoder
+ * The C path takes only the clean case (known type, key and value decode exactly, or a
+ * tombstone); anything else is handed to `fallback`, so results and error messages are
+ * those of the Python decoder by construction.
+ */
+#include "native.h"
+
+static PyObject *key_value_type = NULL;
+
+static int load_key_value_type(void) {
+    if (key_value_type) return 0;
+    PyObject *module = PyImport_ImportModule("sharestate.records.keyvalue");
+    if (!module) return -1;
+    key_value_type = PyObject_GetAttrString(module, "KeyValue");
+    Py_DECREF(module);
+    return key_value_type ? 0 : -1;
+}
+
+/* Decode `data[2:]` with the layout capsule; NULL and no error set when it does not decode
+ * cleanly (the caller falls back), NULL with an error set on a real failure. */
+static PyObject *clean_struct(PyObject *capsule, const unsigned char *data, Py_ssize_t n) {
+    Layout *layout = native_layout(capsule);
+    if (!layout) return NULL;
+    Py_ssize_t end;
+    PyObject *values = native_read_layout(layout, data, 2, n, &end);
+    if (!values) {
+        if (PyErr_ExceptionMatches(PyExc_MemoryError)) return NULL;
+        PyErr_Clear();
+        return NULL;
+    }
+    if (end != n) { Py_DECREF(values); return NULL; }
+    return values;
+}
+
+static PyObject *fast_one(PyObject *record, PyObject *table) {
+    PyObject *key = PyTuple_GET_ITEM(record, 3);
+    PyObject *value = PyTuple_GET_ITEM(record, 4);
+    if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) < 2) return NULL;
+    const unsigned char *kb = (const unsigned char *)PyBytes_AS_STRING(key);
+    PyObject *type_id = PyLong_FromLong((int16_t)native_be16(kb));
+    if (!type_id) return NULL;
+    PyObject *entry = PyDict_GetItemWithError(table, type_id);
+    if (!entry) { Py_DECREF(type_id); return NULL; }
+    PyObject *kv = NULL, *key_values = NULL, *version = NULL, *values = NULL;
+    key_values = clean_struct(PyTuple_GET_ITEM(entry, 1), kb, PyBytes_GET_SIZE(key));
+    if (!key_values) goto out;
+    if (value == Py_None) {
+        version = Py_NewRef(Py_None);
+        values = Py_NewRef(Py_None);
+    } else {
+        if (!PyBytes_Check(value) || PyBytes_GET_SIZE(value) < 2) goto out;
+        const unsigned char *vb = (const unsigned char *)PyBytes_AS_STRING(value);
+        version = PyLong_FromLong((int16_t)native_be16(vb));
+        if (!version) goto out;
+        PyObject *capsule = PyDict_GetItemWithError(PyTuple_GET_ITEM(entry, 2), version);
+        if (!capsule) goto out;
+        values = clean_struct(capsule, vb, PyBytes_GET_SIZE(value));
+        if (!values) goto out;
+    }
+    kv = ((PyTypeObject *)key_value_type)->tp_alloc((PyTypeObject *)key_value_type, 6);
+    if (!kv) goto out;
+    PyTuple_SET_ITEM(kv, 0, type_id);
+    PyTuple_SET_ITEM(kv, 1, Py_NewRef(PyTuple_GET_ITEM(entry, 0)));
+    PyTuple_SET_ITEM(kv, 2, key_values);
+    PyTuple_SET_ITEM(kv, 3, version);
+    PyTuple_SET_ITEM(kv, 4, values);
+    PyTuple_SET_ITEM(kv, 5, Py_NewRef(Py_None));
+    return kv;
+out:
+    Py_DECREF(type_id);
+    Py_XDECREF(key_values);
+    Py_XDECREF(version);
+    Py_XDECREF(values);
+    return NULL;
+}
+
+PyObject *native_decode_key_values(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3 || !PyList_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "decode_key_values(list, dict, fallback)");
+        return NULL;
+    }
+    if (load_key_value_type() < 0) return NULL;
+    PyObject *records = args[0], *table = args[1], *fallback = args[2];
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    PyObject *out = PyList_New(n);
+    if (!out) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *record = PyList_GET_ITEM(records, i);
+        if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) < 5) {
+            PyErr_SetString(PyExc_TypeError, "records must be RawRecord tuples");
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *kv = fast_one(record, table);
+        if (!kv) {
+            if (PyErr_Occurred()) { Py_DECREF(out); return NULL; }
+            kv = PyObject_CallFunctionObjArgs(fallback, PyTuple_GET_ITEM(record, 3),
+                                              PyTuple_GET_ITEM(record, 4), NULL);
+            if (!kv) { Py_DECREF(out); return NULL; }
+        }
+        PyList_SET_ITEM(out, i, kv);
+    }
+    return out;
+}
