@@ -1,0 +1,289 @@
+"""Offline twin of Kafka's `ShareCoordinatorShard` replay for one `__share_group_state` partition.
+
+Per key the shard holds the state (`SharePartitionState`), the highest leader and state epochs
+seen, the number of updates since the last snapshot, and (in an `OffsetsManager`) the offset of
+the key's latest snapshot, from which the partition's prune point follows.
+
+Replay rules (dialect differences live in `ShareRules`):
+
+- ShareSnapshot (type 0): epochs are maxed into the epoch maps, the state is replaced by the
+  snapshot as it is, a key's update counter is reset to 0 only when it has reached the
+  snapshot-update limit, and the offsets manager records the offset.
+- Type-0 tombstone: the key leaves every map; the offsets manager records the offset, computes
+  the prune point, then forgets the key.
+- ShareUpdate (type 1): the leader epoch is maxed into its map. A key without state takes the
+  update as its state, batches as they are (state epoch and timestamps from the rules).
+  Otherwise start offset and leader epoch -1 mean "keep", snapshot/state epochs and
+  timestamps are kept, the delivery complete count is taken from the update as it is (even
+  -1), and the batches are combined with the new start offset by the rules' combiner. The
+  update counter becomes `first_update_count` or previous + 1. Updates never touch the
+  offsets manager.
+- Type-1 tombstones and unknown type ids change nothing and become findings.
+
+Transaction semantics, chosen per shard:
+
+- `kafka` (what Kafka does today): the share coordinator never writes transactionally, and
+  its replay ignores producer ids and markers, so records of transactional batches (even
+  aborted ones) are applied at their position and `end_transaction` does nothing.
+- `transactional-acks` (the proposed KIP for transactional share acknowledgements): records
+  of a transactional batch stay pending per producer id. A COMMIT marker applies them in log
+  order at the marker's position; an ABORT drops them. Like the group coordinator's pending
+  transactional offsets, a tombstone applied for a key discards that key's pending records.
+  The prune point never passes the first still-pending record, which a reload still needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Final, NamedTuple
+
+from sharestate.coordinator.combiner import COMBINERS
+from sharestate.coordinator.offsets_manager import OffsetsManager
+from sharestate.coordinator.share_findings import (
+    INVALID_STATE_BATCH,
+    PENDING_DISCARDED,
+    SNAPSHOT_TOMBSTONE_FAILED,
+    UNKNOWN_RECORD_TYPE,
+    UPDATE_TOMBSTONE,
+    Finding,
+)
+from sharestate.coordinator.share_rules import RULES_4_1, ShareRules
+from sharestate.coordinator.share_state import (
+    SNAPSHOT_TYPE,
+    UPDATE_TYPE,
+    Batches,
+    ShareKey,
+    SharePartitionState,
+    ShareValue,
+)
+
+KAFKA: Final = "kafka"
+TRANSACTIONAL_ACKS: Final = "transactional-acks"
+SEMANTICS: Final = (KAFKA, TRANSACTIONAL_ACKS)
+"""The transaction semantics a shard can replay with."""
+
+NO_PRODUCER_ID: Final = -1
+
+
+class _Pending(NamedTuple):
+    offset: int
+    type_id: int
+    key: ShareKey
+    value: ShareValue | None
+
+
+class ShareShard:
+    """Replays share-state records in log order and exposes what Kafka's shard would hold."""
+
+    __slots__ = ("_combine", "_counts", "_leader_epochs", "_offsets", "_pending", "_state_epochs",
+                 "_states", "findings", "rules", "semantics")
+
+    def __init__(self, rules: ShareRules = RULES_4_1, semantics: str = KAFKA) -> None:
+        if semantics not in SEMANTICS:
+            raise ValueError(f"unknown semantics {semantics!r}; known: {', '.join(SEMANTICS)}")
+        self.rules = rules
+        self._combine = COMBINERS[rules.combiner]
+        self.semantics = semantics
+        self._states: dict[ShareKey, SharePartitionState] = {}
+        self._leader_epochs: dict[ShareKey, int] = {}
+        self._state_epochs: dict[ShareKey, int] = {}
+        self._counts: dict[ShareKey, int] = {}
+        self._offsets = OffsetsManager()
+        self._pending: dict[int, list[_Pending]] | None = (
+            {} if semantics == TRANSACTIONAL_ACKS else None)
+        self.findings: list[Finding] = []
+
+    # -- replay -------------------------------------------------------------------------
+
+    def replay(self, offset: int, type_id: int, key: ShareKey | None, value: ShareValue | None,
+               producer_id: int = NO_PRODUCER_ID, transactional: bool = False) -> None:
+        """Apply one data record (`value` None: tombstone) at log offset `offset`.
+
+        `key` may be None only for a type id without a share schema (nothing to decode it
+        with). `producer_id` and `transactional` come from the record's batch; only the
+        `transactional-acks` semantics uses them.
+        """
+        if type_id != UPDATE_TYPE and type_id != SNAPSHOT_TYPE:
+            self._finding(offset, UNKNOWN_RECORD_TYPE, key,
+                          f"unknown record type {type_id}: Kafka's loader skips it")
+            return
+        if key is None:
+            raise ValueError(f"offset {offset}: record of type {type_id} without a key")
+        if transactional and self._pending is not None:
+            self._pending.setdefault(producer_id, []).append(
+                _Pending(offset, type_id, key, value))
+            return
+        if value is None:
+            if type_id == SNAPSHOT_TYPE:
+                self._delete(offset, key)
+            else:
+                self._finding(offset, UPDATE_TOMBSTONE, key,
+                              "ShareUpdate-key tombstone: Kafka's replay throws here and its "
+                              "loader would fail; state left unchanged")
+        elif value.is_snapshot != (type_id == SNAPSHOT_TYPE):
+            raise ValueError(f"offset {offset}: type {type_id} record with a "
+                             f"{'snapshot' if value.is_snapshot else 'update'} value")
+        elif type_id == UPDATE_TYPE:
+            self._update(offset, key, value)
+        else:
+            self._snapshot(offset, key, value)
+
+    def end_transaction(self, producer_id: int, committed: bool, offset: int) -> int:
+        """A COMMIT (`committed`) or ABORT marker of `producer_id` at log offset `offset`.
+
+        Returns how many pending records it applied or dropped (always 0 under `kafka`).
+        """
+        if self._pending is None:
+            return 0
+        records = self._pending.pop(producer_id, None)
+        if not records:
+            return 0
+        if records[-1].offset > offset:
+            raise ValueError(f"marker at offset {offset} precedes a record of producer "
+                             f"{producer_id} at offset {records[-1].offset}")
+        if committed:
+            for r in records:
+                self.replay(r.offset, r.type_id, r.key, r.value)
+        return len(records)
+
+    def _snapshot(self, offset: int, key: ShareKey, value: ShareValue) -> None:
+        leader_epoch = value.leader_epoch
+        state_epoch = value.state_epoch
+        if state_epoch is None:
+            raise ValueError(f"offset {offset}: snapshot value without a state epoch")
+        epochs = self._leader_epochs
+        prev = epochs.get(key)
+        if prev is None or prev < leader_epoch:
+            epochs[key] = leader_epoch
+        epochs = self._state_epochs
+        prev = epochs.get(key)
+        if prev is None or prev < state_epoch:
+            epochs[key] = state_epoch
+        batches = value.batches
+        self._check_batches(offset, key, batches)
+        self._states[key] = SharePartitionState(
+            value.snapshot_epoch, state_epoch, leader_epoch, value.start_offset,
+            value.delivery_complete_count, value.create_timestamp, value.write_timestamp,
+            batches)
+        count = self._counts.get(key)
+        if count is not None and count >= self.rules.snapshot_update_records_per_snapshot:
+            self._counts[key] = 0
+        self._offsets.update_state(key, offset, False)
+
+    def _update(self, offset: int, key: ShareKey, value: ShareValue) -> None:
+        leader_epoch = value.leader_epoch
+        epochs = self._leader_epochs
+        prev = epochs.get(key)
+        if prev is None or prev < leader_epoch:
+            epochs[key] = leader_epoch
+        batches = value.batches
+        if batches:
+            self._check_batches(offset, key, batches)
+        state = self._states.get(key)
+        if state is None:
+            rules = self.rules
+            stamp = rules.fresh_update_timestamp
+            self._states[key] = SharePartitionState(
+                value.snapshot_epoch, rules.fresh_update_state_epoch, leader_epoch,
+                value.start_offset, value.delivery_complete_count, stamp, stamp, batches)
+        else:
+            start = value.start_offset
+            if start == -1:
+                start = state.start_offset
+            if leader_epoch == -1:
+                leader_epoch = state.leader_epoch
+            self._states[key] = SharePartitionState(
+                state.snapshot_epoch, state.state_epoch, leader_epoch, start,
+                value.delivery_complete_count, state.create_timestamp, state.write_timestamp,
+                self._combine(state.batches, batches, start))
+        count = self._counts.get(key)
+        self._counts[key] = self.rules.first_update_count if count is None else count + 1
+
+    def _delete(self, offset: int, key: ShareKey) -> None:
+        self._states.pop(key, None)
+        self._leader_epochs.pop(key, None)
+        self._state_epochs.pop(key, None)
+        self._counts.pop(key, None)
+        self._offsets.update_state(key, offset, True)
+        if self.rules.kafka_fails_on_snapshot_tombstone:
+            self._finding(offset, SNAPSHOT_TOMBSTONE_FAILED, key,
+                          f"Kafka's {self.rules.dialect} replay threw on this tombstone "
+                          "(pre-release defect); the key is deleted as released Kafka does")
+        if self._pending:
+            self._discard_pending(offset, key)
+
+    def _discard_pending(self, offset: int, key: ShareKey) -> None:
+        assert self._pending is not None
+        for producer_id, records in list(self._pending.items()):
+            kept = [r for r in records if r.key != key]
+            if len(kept) == len(records):
+                continue
+            self._finding(offset, PENDING_DISCARDED, key,
+                          f"tombstone discarded {len(records) - len(kept)} pending record(s) "
+                          f"of producer {producer_id}")
+            if kept:
+                self._pending[producer_id] = kept
+            else:
+                del self._pending[producer_id]
+
+    def _check_batches(self, offset: int, key: ShareKey, batches: Batches) -> None:
+        for b in batches:
+            if b[0] > b[1]:
+                self._finding(offset, INVALID_STATE_BATCH, key,
+                              f"state batch [{b[0]}, {b[1]}] has first_offset > last_offset: "
+                              "Kafka's combiner fails or mis-merges it; it covers no offset "
+                              "here")
+                return
+
+    def _finding(self, offset: int, code: str, key: ShareKey | None, message: str) -> None:
+        self.findings.append(Finding(offset, code, message, key))
+
+    # -- views --------------------------------------------------------------------------
+
+    def state(self, key: ShareKey) -> SharePartitionState | None:
+        """The key's state, or None when it has none."""
+        return self._states.get(key)
+
+    def leader_epoch(self, key: ShareKey) -> int | None:
+        """The highest leader epoch seen for the key (Kafka's `leaderEpochMap`)."""
+        return self._leader_epochs.get(key)
+
+    def state_epoch(self, key: ShareKey) -> int | None:
+        """The highest snapshot state epoch seen for the key (Kafka's `stateEpochMap`)."""
+        return self._state_epochs.get(key)
+
+    def snapshot_update_count(self, key: ShareKey) -> int | None:
+        """Updates since the key's last counter reset (Kafka's `snapshotUpdateCount`)."""
+        return self._counts.get(key)
+
+    def last_snapshot_offset(self, key: ShareKey) -> int | None:
+        """The offset of the key's latest snapshot as the offsets manager tracks it."""
+        return self._offsets.snapshot_offset(key)
+
+    def last_redundant_offset(self) -> int | None:
+        """The prune point (records below it are redundant), or None (Kafka's empty)."""
+        point = self._offsets.last_redundant_offset()
+        if point is not None and self._pending:
+            first = min(records[0].offset for records in self._pending.values())
+            if first < point:
+                point = first if first > 0 else None
+        return point
+
+    @property
+    def last_redundant_offset_raw(self) -> int:
+        """The offsets manager's internal value (Long.MAX_VALUE before any snapshot)."""
+        return self._offsets.raw
+
+    def __iter__(self) -> Iterator[ShareKey]:
+        """The live keys (those with state), in the order they gained their state."""
+        return iter(self._states)
+
+    def pending_producers(self) -> tuple[int, ...]:
+        """Producer ids with records awaiting a marker (`transactional-acks` only)."""
+        return tuple(self._pending) if self._pending else ()
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._states
