@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from sharestate import native
 from sharestate.log import RawRecord
 from sharestate.records.catalog import Dialect, RecordKind
-from sharestate.records.codec import DecodeError, native_program, read_struct
+from sharestate.records.codec import DecodeError, native_program, read_struct, write_struct
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,3 +113,17 @@ def _native_table(dialect: Dialect, topic: str) -> dict[int, tuple[Any, ...]]:
                           {v: native_program(layout) for v in versions
                            if (layout := kind.value_layout(v)) is not None})
     return table
+
+
+def encode_key_value(kind: RecordKind, key: tuple[Any, ...], value_version: int | None,
+                     value: tuple[Any, ...] | None) -> tuple[bytes, bytes | None]:
+    """The record key and value bytes for decoded tuples (value None: a tombstone)."""
+    key_bytes = kind.type_id.to_bytes(2, "big", signed=True) + write_struct(kind.key_layout(), key)
+    if value is None:
+        return key_bytes, None
+    if value_version is None:
+        raise ValueError(f"{kind.value.name}: a value needs a version")
+    layout = kind.value_layout(value_version)
+    if layout is None:
+        raise ValueError(f"{kind.value.name} has no version {value_version}")
+    return key_bytes, value_version.to_bytes(2, "big", signed=True) + write_struct(layout, value)
