@@ -9,13 +9,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import IO, Any, NoReturn
 
+from sharestate.coordinator.expiry import DEFAULT_RETENTION_MINUTES, forecast_expiry
+from sharestate.coordinator.shard import KAFKA, SEMANTICS
+from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
 from sharestate.log import SourceError, discover
-from sharestate.records.catalog import dialect_names
+from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC, dialect_names
 from sharestate.records.segment import decode_segment, detect_segment, record_json
+from sharestate.replay.group_log import replay_group_log
+from sharestate.replay.logs import AsOf, PartitionLog, parse_time, partition_logs
+from sharestate.replay.share_log import LogFinding, ShareLogResult, replay_share_log
+from sharestate.replay.views import offset_row, prune_row, state_row
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
@@ -80,6 +87,96 @@ def cmd_decode(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if findings else EXIT_OK
 
 
+def _as_of(args: argparse.Namespace) -> AsOf:
+    if args.as_of_time is None:
+        return AsOf(offset=args.as_of_offset)
+    try:
+        return AsOf(time=parse_time(args.as_of_time))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _logs(args: argparse.Namespace, topic: str) -> list[PartitionLog]:
+    logs = partition_logs(discover(args.source), dialect=args.dialect, topic=args.topic)
+    for log in logs:
+        for segment, detection in zip(log.segments, log.detections, strict=True):
+            print(f"{segment.path}: {detection.describe()}", file=sys.stderr)
+    return [log for log in logs if log.topic == topic]
+
+
+def _write_rows(rows: Iterable[dict[str, Any]], output: str | None) -> None:
+    with _output(output) as out:
+        for row in rows:
+            out.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
+
+
+def _report(findings: Sequence[tuple[str, LogFinding]], shard_findings: int) -> int:
+    for name, finding in findings[:20]:
+        where = f"offset {finding.offset}" if finding.offset is not None \
+            else f"position {finding.position}"
+        print(f"{name} {where}: {finding.kind}: {finding.message}", file=sys.stderr)
+    total = len(findings) + shard_findings
+    if total:
+        print(f"{total} findings", file=sys.stderr)
+    return EXIT_FINDINGS if total else EXIT_OK
+
+
+def _replay_share(args: argparse.Namespace) -> tuple[list[ShareLogResult], int]:
+    results = [replay_share_log(log, as_of=_as_of(args), semantics=args.semantics,
+                                snapshot_update_records_per_snapshot=args.snapshot_update_records)
+               for log in _logs(args, SHARE_STATE_TOPIC)]
+    findings = [(r.log.name, f) for r in results for f in r.findings]
+    for result in results:
+        for finding in result.shard.findings:
+            print(f"{result.log.name} offset {finding.offset}: {finding.code}: {finding.message}",
+                  file=sys.stderr)
+    status = _report(findings, sum(len(r.shard.findings) for r in results))
+    return results, status
+
+
+def cmd_state(args: argparse.Namespace) -> int:
+    """Every live share-partition's state as of a point, one JSON line each."""
+    results, status = _replay_share(args)
+    _write_rows((state_row(result, key) for result in results
+                 for key in sorted(result.shard)
+                 if args.group is None or key.group_id == args.group), args.output)
+    return status
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    """Kafka's prune point per state-topic partition and what holds it back."""
+    results, status = _replay_share(args)
+    _write_rows((prune_row(result) for result in results), args.output)
+    return status
+
+
+def cmd_offsets(args: argparse.Namespace) -> int:
+    """Committed consumer-group offsets as of a point (`--pending`: open transactions too)."""
+    results = [replay_group_log(log, as_of=_as_of(args))
+               for log in _logs(args, CONSUMER_OFFSETS_TOPIC)]
+    rows: list[dict[str, Any]] = []
+    for result in results:
+        offsets = result.coordinator.offsets
+        forecasts = {(f.group, f.topic, f.partition): f for f in forecast_expiry(
+            offsets, result.coordinator.groups.groups, args.retention_minutes)}
+        for (group, topic, partition), commit in sorted(offsets.committed()):
+            if args.group is not None and group != args.group:
+                continue
+            row = offset_row(group, topic, partition, commit)
+            forecast = forecasts[(group, topic, partition)]
+            row["expires_at"] = forecast.expires_at
+            row["expiry_reason"] = str(forecast.reason)
+            rows.append(row)
+        if args.pending:
+            for producer_id, pending in sorted(offsets.pending().items()):
+                for (group, topic, partition), commit in sorted(pending.items()):
+                    if args.group is None or group == args.group:
+                        rows.append(offset_row(group, topic, partition, commit,
+                                               state=f"pending:{producer_id}"))
+    _write_rows(rows, args.output)
+    return _report([(r.log.name, f) for r in results for f in r.findings], 0)
+
+
 def _add_sources(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", nargs="+",
                         help="segment file (.log or .log.gz), partition directory or log.dirs root")
@@ -100,6 +197,35 @@ def build_parser() -> argparse.ArgumentParser:
     decode.add_argument("--output", "-o", help="write here instead of stdout")
     decode.add_argument("--format", choices=["jsonl", "table"], default="jsonl")
     decode.set_defaults(func=cmd_decode)
+
+    for name, func, help_text in (
+            ("state", cmd_state, "share-partition state as of an offset or time"),
+            ("prune", cmd_prune, "prune points of __share_group_state partitions"),
+            ("offsets", cmd_offsets, "committed consumer-group offsets as of a point")):
+        command = sub.add_parser(name, help=help_text, description=func.__doc__)
+        _add_sources(command)
+        when = command.add_mutually_exclusive_group()
+        when.add_argument("--as-of-offset", type=int, metavar="N",
+                          help="after applying every record with offset <= N")
+        when.add_argument("--as-of-time", metavar="TIME",
+                          help="ISO 8601 time or epoch ms: after every record up to it")
+        command.add_argument("--output", "-o", help="write here instead of stdout")
+        if name in ("state", "offsets"):
+            command.add_argument("--group", help="only this group")
+        if name == "offsets":
+            command.add_argument("--pending", action="store_true",
+                                 help="add open transactional commits (state pending:<pid>)")
+            command.add_argument("--retention-minutes", type=int,
+                                 default=DEFAULT_RETENTION_MINUTES,
+                                 help="offsets.retention.minutes for the expiry forecast")
+        else:
+            command.add_argument("--semantics", choices=SEMANTICS, default=KAFKA,
+                                 help="kafka (markers ignored, as Kafka does) or "
+                                      "transactional-acks (acks wait for COMMIT)")
+            command.add_argument("--snapshot-update-records", type=int,
+                                 default=DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT,
+                                 help="share.coordinator.snapshot.update.records.per.snapshot")
+        command.set_defaults(func=func)
     return parser
 
 

@@ -1,0 +1,60 @@
+"""Replay one `__consumer_offsets` partition log as Kafka's loader does, as of any point."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sharestate.coordinator.group_offsets import OffsetListener
+from sharestate.coordinator.group_replay import GroupCoordinatorReplay
+from sharestate.log import ControlRecord, Finding
+from sharestate.records.catalog import dialect
+from sharestate.replay.logs import END, AsOf, PartitionLog
+from sharestate.replay.share_log import LogFinding
+
+
+@dataclass
+class GroupLogResult:
+    """A replayed offsets partition: the coordinator state and the log's findings."""
+
+    log: PartitionLog
+    coordinator: GroupCoordinatorReplay
+    last_applied_offset: int | None = None
+    last_applied_timestamp: int | None = None
+    records: int = 0
+    findings: list[LogFinding] = field(default_factory=list)
+
+
+def replay_group_log(log: PartitionLog, *, as_of: AsOf = END,
+                     listener: OffsetListener | None = None) -> GroupLogResult:
+    """Replay `log` up to `as_of` (default: its end)."""
+    names = [d.dialect for d in log.detections]
+    coordinator = GroupCoordinatorReplay(dialect(names[-1]), listener)
+    result = GroupLogResult(log, coordinator)
+    for item in log.batches():
+        if isinstance(item, Finding):
+            result.findings.append(LogFinding(item.offset, item.position, item.kind,
+                                              item.message))
+            continue
+        header = item.header
+        result.findings.extend(LogFinding(f.offset, f.position, f.kind, f.message)
+                               for f in item.findings)
+        for record, decoded in zip(item.records, item.decoded, strict=True):
+            if as_of.passed(record.offset, record.timestamp):
+                return result
+            if isinstance(decoded, ControlRecord):
+                if decoded.type in ("COMMIT", "ABORT"):
+                    coordinator.end_transaction(header.producer_id, decoded.type == "COMMIT",
+                                                record.offset)
+            elif isinstance(decoded, Finding):
+                result.findings.append(LogFinding(record.offset, header.position, decoded.kind,
+                                                  decoded.message))
+            elif not coordinator.replay(record.offset, header.producer_id, decoded,
+                                        record.timestamp):
+                error = decoded.error
+                result.findings.append(LogFinding(
+                    record.offset, header.position, error.kind if error else "undecoded",
+                    error.message if error else "record without a key"))
+            result.records += 1
+            result.last_applied_offset = record.offset
+            result.last_applied_timestamp = record.timestamp
+    return result

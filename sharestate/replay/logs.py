@@ -1,0 +1,94 @@
+"""Partition logs: the segments of one topic-partition, in order, with their detected dialect.
+
+A source argument may hold many segments of many partitions (a `log.dirs` root). Replay
+works per topic-partition, so segments are grouped by (topic, partition) and ordered by
+base offset. A segment whose path does not name its partition (a loose file) is a log of its
+own. Each segment's topic and dialect are detected from its records (or pinned by the caller).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sharestate.log import Finding, Segment
+from sharestate.records.detect import Detection
+from sharestate.records.segment import DecodedBatch, decode_batches, detect_segment
+
+
+@dataclass(frozen=True)
+class AsOf:
+    """A replay stop point: after every record with offset <= `offset`, or, with `time`
+    (epoch ms), after every record up to the first whose timestamp is later than it."""
+
+    offset: int | None = None
+    time: int | None = None
+
+    def passed(self, offset: int, timestamp: int) -> bool:
+        """Whether a record at (`offset`, `timestamp`) lies beyond the stop point."""
+        return ((self.offset is not None and offset > self.offset)
+                or (self.time is not None and timestamp > self.time))
+
+    @property
+    def unbounded(self) -> bool:
+        return self.offset is None and self.time is None
+
+
+END = AsOf()
+
+
+def parse_time(text: str) -> int:
+    """ISO 8601 (`2026-11-21T10:00:00Z`, offset or naive = UTC) or epoch ms -> epoch ms."""
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"not an ISO 8601 time or epoch milliseconds: {text!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+@dataclass
+class PartitionLog:
+    """The ordered segments of one topic-partition and how each was read."""
+
+    topic: str
+    partition: int | None
+    segments: list[Segment] = field(default_factory=list)
+    detections: list[Detection] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        if self.partition is not None:
+            return f"{self.topic}-{self.partition}"
+        return f"{self.topic}:{self.segments[0].path}"
+
+    def batches(self) -> Iterator[DecodedBatch | Finding]:
+        """Every batch (or framing finding) of every segment, in log order."""
+        for segment, detection in zip(self.segments, self.detections, strict=True):
+            yield from decode_batches(segment, detection)
+
+
+def partition_logs(segments: list[Segment], *, dialect: str | None = None,
+                   topic: str | None = None) -> list[PartitionLog]:
+    """Group `segments` into partition logs; detect each segment's topic and dialect."""
+    logs: dict[tuple[str, object], PartitionLog] = {}
+    for segment in segments:
+        detection = detect_segment(segment, dialect_name=dialect, topic=topic)
+        ident: object = segment.partition if segment.partition is not None else segment.path
+        log = logs.get((detection.topic, ident))
+        if log is None:
+            log = logs[(detection.topic, ident)] = PartitionLog(detection.topic,
+                                                                segment.partition)
+        log.segments.append(segment)
+        log.detections.append(detection)
+    for log in logs.values():
+        order = sorted(range(len(log.segments)),
+                       key=lambda i: (log.segments[i].base_offset or 0, str(log.segments[i].path)))
+        log.segments = [log.segments[i] for i in order]
+        log.detections = [log.detections[i] for i in order]
+    return sorted(logs.values(), key=lambda lg: (lg.topic, lg.partition is None,
+                                                 lg.partition or 0, lg.name))

@@ -1,0 +1,102 @@
+"""JSON-ready rows of replayed state: the stable shapes of `state`, `prune` and `offsets`."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from sharestate.coordinator.group_offsets import CommittedOffset
+from sharestate.coordinator.shard import ShareShard
+from sharestate.coordinator.share_state import SNAPSHOT_TYPE, ShareKey, SharePartitionState
+from sharestate.records.catalog import SHARE_STATE_TOPIC, dialect
+from sharestate.replay.share_log import ShareLogResult
+
+
+def batches_json(state: SharePartitionState) -> list[dict[str, int]]:
+    return [{"first_offset": b[0], "last_offset": b[1], "delivery_state": b[2],
+             "delivery_count": b[3]} for b in state.batches]
+
+
+def state_row(result: ShareLogResult, key: ShareKey) -> dict[str, Any]:
+    """One live share-partition as `sharestate state` prints it."""
+    shard = result.shard
+    state = shard.state(key)
+    assert state is not None
+    has_dcc = _has_delivery_complete_count(shard.rules.dialect)
+    return {
+        "group_id": key.group_id,
+        "topic_id": key.topic_id,
+        "partition": key.partition,
+        "state_epoch": state.state_epoch,
+        "snapshot_epoch": state.snapshot_epoch,
+        "leader_epoch": state.leader_epoch,
+        "start_offset": state.start_offset,
+        "state_batches": batches_json(state),
+        "delivery_complete_count": state.delivery_complete_count if has_dcc else None,
+        "create_timestamp": state.create_timestamp,
+        "write_timestamp": state.write_timestamp,
+        "last_snapshot_offset": shard.last_snapshot_offset(key),
+        "as_of_offset": result.last_applied_offset,
+        "max_leader_epoch": shard.leader_epoch(key),
+        "max_state_epoch": shard.state_epoch(key),
+        "snapshot_update_count": shard.snapshot_update_count(key),
+        "state_topic": result.log.topic,
+        "state_partition": result.log.partition,
+        "dialect": shard.rules.dialect,
+    }
+
+
+@cache
+def _has_delivery_complete_count(dialect_name: str) -> bool:
+    kind = dialect(dialect_name).kind(SHARE_STATE_TOPIC, SNAPSHOT_TYPE)
+    return kind is not None and any(f.name == "DeliveryCompleteCount" for f in kind.value.fields)
+
+
+def holding_keys(shard: ShareShard) -> list[ShareKey]:
+    """The keys whose latest snapshot is the oldest: they hold the prune point back."""
+    offsets = {k: o for k in shard if (o := shard.last_snapshot_offset(k)) is not None}
+    if not offsets:
+        return []
+    oldest = min(offsets.values())
+    return sorted(k for k, o in offsets.items() if o == oldest)
+
+
+def prune_row(result: ShareLogResult) -> dict[str, Any]:
+    """One state-topic partition as `sharestate prune` prints it."""
+    shard = result.shard
+    holding = []
+    for key in holding_keys(shard):
+        state = shard.state(key)
+        holding.append({"group_id": key.group_id, "topic_id": key.topic_id,
+                        "partition": key.partition,
+                        "last_snapshot_offset": shard.last_snapshot_offset(key),
+                        "write_timestamp": state.write_timestamp if state else None})
+    return {
+        "topic": result.log.topic,
+        "partition": result.log.partition,
+        "prune_offset": shard.last_redundant_offset(),
+        "log_start_offset": result.log_start_offset,
+        "log_end_offset": result.log_end_offset,
+        "reclaimable_records": result.reclaimable_records,
+        "reclaimable_bytes": result.reclaimable_bytes,
+        "holding": holding,
+    }
+
+
+def offset_row(group: str, topic: str, partition: int, commit: CommittedOffset,
+               *, state: str = "committed") -> dict[str, Any]:
+    """One committed (or pending) consumer-group offset as `sharestate offsets` prints it."""
+    return {
+        "group_id": group,
+        "topic": topic,
+        "partition": partition,
+        "topic_id": commit.topic_id,
+        "committed_offset": commit.committed_offset,
+        "leader_epoch": commit.leader_epoch,
+        "metadata": commit.metadata,
+        "commit_timestamp": commit.commit_timestamp,
+        "expire_timestamp": commit.expire_timestamp,
+        "record_offset": commit.record_offset,
+        "producer_id": commit.producer_id,
+        "state": state,
+    }
