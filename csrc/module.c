@@ -55,6 +55,10 @@ static PyMethodDef methods[] = {
      "scan_v2(buf, off, base_position, max_batch, crc_fn, create_time, log_append_time, none, max_batches)"},
     {"decode_key_values", (PyCFunction)(void (*)(void))native_decode_key_values, METH_FASTCALL,
      "decode_key_values(records, table, fallback) -> list of KeyValue"},
+    {"combine", (PyCFunction)(void (*)(void))native_combine, METH_FASTCALL,
+     "combine(so_far, new, start_offset) -> batches (Kafka 4.4's combiner)"},
+    {"share_apply", (PyCFunction)(void (*)(void))native_share_apply, METH_FASTCALL,
+     "share_apply(context, records, decoded, as_of_offset, as_of_time, slots, fallback)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -32,5 +32,7 @@ PyObject *native_read_struct(PyObject *self, PyObject *const *args, Py_ssize_t n
 PyObject *native_parse_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_decode_key_values(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *native_combine(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *native_share_apply(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

@@ -84,7 +84,7 @@ static PyObject *slice(Cursor *c, Py_ssize_t at, Py_ssize_t n) {
  * (or a Python error pending when allocation failed). */
 static PyObject *one_record(Cursor *c, Py_ssize_t end, long long base_offset,
                             long long base_timestamp, long long base_sequence) {
-    long long size, ts_delta, off_delta, length;
+    long long size, ts_delta = 0, off_delta = 0, length;
     if (varint(c, &size) < 0) return NULL;
     Py_ssize_t body_end = c->pos + (Py_ssize_t)size;
     if (size < 1 || body_end > end) {

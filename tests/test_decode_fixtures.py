@@ -1,4 +1,4 @@
-"""`sharestate decode` against every Kafka fixture: the stable JSON-lines contract, field by field."""
+"""`sharestate decode` against every Kafka fixture: the JSON-lines contract, field by field."""
 
 from __future__ import annotations
 

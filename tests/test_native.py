@@ -13,6 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sharestate import native
+from sharestate.coordinator.combiner import combine, combine_py
+from sharestate.coordinator.share_state import StateBatch
 from sharestate.log import Batch, read_batches
 from sharestate.log.records_v2 import parse_records, parse_records_py
 from sharestate.records import catalog
@@ -152,3 +154,16 @@ def test_native_key_value_decoding_matches_python(monkeypatch: pytest.MonkeyPatc
     fast = [decode_key_values(d, t, records) for d, t, records in cases]
     monkeypatch.setattr(native, "module", None)
     assert fast == [decode_key_values(d, t, records) for d, t, records in cases]
+
+
+_BATCH = st.builds(StateBatch, st.integers(90, 140), st.integers(90, 140), st.integers(0, 4),
+                   st.integers(0, 4))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(so_far=st.lists(_BATCH, max_size=8), new=st.lists(_BATCH, max_size=6),
+       start=st.sampled_from([-1, 95, 100, 120, 150]), normalize=st.booleans())
+def test_native_combine_matches_python(so_far: list[StateBatch], new: list[StateBatch],
+                                       start: int, normalize: bool) -> None:
+    base: Any = combine_py(so_far, [], -1) if normalize else tuple(so_far)
+    assert combine(base, new, start) == combine_py(base, new, start)

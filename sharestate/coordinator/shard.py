@@ -35,9 +35,9 @@ Transaction semantics, chosen per shard:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
-from sharestate.coordinator.combiner import COMBINERS
+from sharestate.coordinator.combiner import COMBINERS, SWEEP
 from sharestate.coordinator.offsets_manager import OffsetsManager
 from sharestate.coordinator.share_findings import (
     INVALID_STATE_BATCH,
@@ -237,6 +237,20 @@ class ShareShard:
 
     def _finding(self, offset: int, code: str, key: ShareKey | None, message: str) -> None:
         self.findings.append(Finding(offset, code, message, key))
+
+    def native_context(self) -> tuple[Any, ...] | None:
+        """What `sharestate._native.share_apply` needs to apply clean records in C.
+
+        None when this shard must replay in Python: the `transactional-acks` semantics or a
+        combiner other than the sweep (the C path implements `_snapshot`/`_update` with it).
+        """
+        rules = self.rules
+        if self._pending is not None or rules.combiner != SWEEP:
+            return None
+        return (self._states, self._leader_epochs, self._state_epochs, self._counts,
+                self._offsets.update_state, rules.snapshot_update_records_per_snapshot,
+                rules.first_update_count, rules.fresh_update_state_epoch,
+                rules.fresh_update_timestamp, ShareKey, SharePartitionState, 1)
 
     # -- views --------------------------------------------------------------------------
 

@@ -118,6 +118,18 @@ def _value_slots(layout: StructLayout) -> _ValueSlots:
     return slots
 
 
+def native_value_slots(layout: StructLayout) -> tuple[int, ...]:
+    """A value layout's slots as `sharestate._native.share_apply` reads them (-1: absent)."""
+    s = _value_slots(layout)
+
+    def at(index: int | None) -> int:
+        return -1 if index is None else index
+
+    return (int(s.is_snapshot), s.snapshot_epoch, at(s.state_epoch), s.leader_epoch,
+            s.start_offset, at(s.delivery_complete_count), at(s.create_timestamp),
+            at(s.write_timestamp), s.batches, *s.batch_fields)
+
+
 def share_key(values: tuple[Any, ...], layout: StructLayout) -> ShareKey:
     """A ShareKey from a decoded ShareSnapshotKey / ShareUpdateKey struct."""
     cached = _KEY_SLOTS.get(id(layout))

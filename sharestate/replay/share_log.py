@@ -11,17 +11,24 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
+from sharestate import native
 from sharestate.coordinator.shard import KAFKA, ShareShard
 from sharestate.coordinator.share_rules import (
     DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT,
     ShareRules,
     rules_for,
 )
-from sharestate.coordinator.share_state import ShareKey, share_key, share_value
-from sharestate.log import ControlRecord, Finding
-from sharestate.records.catalog import dialect_names
+from sharestate.coordinator.share_state import (
+    ShareKey,
+    native_value_slots,
+    share_key,
+    share_value,
+)
+from sharestate.log import BatchHeader, ControlRecord, Finding, RawRecord
+from sharestate.records.catalog import SHARE_STATE_TOPIC, dialect, dialect_names
 from sharestate.replay.logs import END, AsOf, PartitionLog
 
 History = Callable[[int, int, ShareKey, ShareShard], None]
@@ -88,12 +95,18 @@ def replay_share_log(log: PartitionLog, *, as_of: AsOf = END, semantics: str = K
                      snapshot_update_records_per_snapshot: int = (
                          DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT),
                      history: History | None = None) -> ShareLogResult:
-    """Replay `log` up to `as_of` (default: its end)."""
+    """Replay `log` up to `as_of` (default: its end).
+
+    Clean records are applied in C (`sharestate._native.share_apply`) when the extension
+    is built, the shard allows it and no history is requested; every other record takes
+    `_Applier.apply`, the Python path that defines the semantics.
+    """
     shard = ShareShard(rules_of(log, snapshot_update_records_per_snapshot), semantics)
     result = ShareLogResult(log, shard, as_of)
     ledger = _PruneLedger()
     findings = result.findings
-    replay = shard.replay
+    context = shard.native_context() if native.module is not None and history is None else None
+    slots = _native_slots(tuple(d.dialect for d in log.detections)) if context else {}
     for item in log.batches():
         if isinstance(item, Finding):
             findings.append(LogFinding(item.offset, item.position, item.kind, item.message))
@@ -104,45 +117,20 @@ def replay_share_log(log: PartitionLog, *, as_of: AsOf = END, semantics: str = K
             continue
         if as_of.passed(records[0].offset, records[0].timestamp):
             break
-        for finding in item.findings:
-            findings.append(LogFinding(finding.offset, finding.position, finding.kind,
-                                       finding.message))
+        findings.extend(LogFinding(f.offset, f.position, f.kind, f.message)
+                        for f in item.findings)
         if result.log_start_offset is None:
             result.log_start_offset = header.base_offset
-        producer_id = header.producer_id
-        transactional = header.is_transactional
-        stopped = False
-        applied = 0
-        for record, decoded in zip(records, item.decoded, strict=True):
-            offset = record.offset
-            if as_of.passed(offset, record.timestamp):
-                stopped = True
-                break
-            applied += 1
-            if isinstance(decoded, ControlRecord):
-                if decoded.type in ("COMMIT", "ABORT"):
-                    shard.end_transaction(producer_id, decoded.type == "COMMIT", offset)
-            elif isinstance(decoded, Finding):
-                findings.append(LogFinding(offset, header.position, decoded.kind,
-                                           decoded.message))
-            elif decoded.error is not None or decoded.kind is None or decoded.key is None:
-                error = decoded.error
-                findings.append(LogFinding(offset, header.position,
-                                           error.kind if error else "undecoded",
-                                           error.message if error else "no key"))
-            else:
-                kind = decoded.kind
-                key = share_key(decoded.key, kind.key_layout())
-                value: Any = None
-                if decoded.value is not None and decoded.value_version is not None:
-                    layout = kind.value_layout(decoded.value_version)
-                    assert layout is not None
-                    value = share_value(decoded.value, layout)
-                replay(offset, kind.type_id, key, value, producer_id, transactional)
-                if history is not None:
-                    history(offset, record.timestamp, key, shard)
-            result.last_applied_offset = offset
-            result.last_applied_timestamp = record.timestamp
+        applier = _Applier(shard, header, findings, history)
+        if context is not None and native.module is not None:
+            applied, stopped, last_offset, last_timestamp = native.module.share_apply(
+                context, records, item.decoded, as_of.offset, as_of.time, slots, applier.apply)
+        else:
+            applied, stopped, last_offset, last_timestamp = applier.apply_all(
+                records, item.decoded, as_of)
+        if applied:
+            result.last_applied_offset = last_offset
+            result.last_applied_timestamp = last_timestamp
         result.records += applied
         if stopped:
             if result.last_applied_offset is not None:
@@ -156,3 +144,77 @@ def replay_share_log(log: PartitionLog, *, as_of: AsOf = END, semantics: str = K
     result.reclaimable_records = ledger.records
     result.reclaimable_bytes = ledger.bytes
     return result
+
+
+class _Applier:
+    """Applies the records of one batch to the shard (the Python path)."""
+
+    __slots__ = ("findings", "header", "history", "shard")
+
+    def __init__(self, shard: ShareShard, header: BatchHeader, findings: list[LogFinding],
+                 history: History | None) -> None:
+        self.shard = shard
+        self.header = header
+        self.findings = findings
+        self.history = history
+
+    def apply_all(self, records: list[RawRecord], decoded: list[Any],
+                  as_of: AsOf) -> tuple[int, bool, int | None, int | None]:
+        """Apply records until `as_of`: (applied, stopped, last offset, last timestamp)."""
+        applied = 0
+        last: RawRecord | None = None
+        for record, item in zip(records, decoded, strict=True):
+            if as_of.passed(record.offset, record.timestamp):
+                return applied, True, *_where(last)
+            self.apply(record, item)
+            applied += 1
+            last = record
+        return applied, False, *_where(last)
+
+    def apply(self, record: RawRecord, decoded: Any) -> None:
+        """Apply one record: a control marker, a finding, or a share-state record."""
+        offset = record.offset
+        header = self.header
+        if isinstance(decoded, ControlRecord):
+            if decoded.type in ("COMMIT", "ABORT"):
+                self.shard.end_transaction(header.producer_id, decoded.type == "COMMIT", offset)
+        elif isinstance(decoded, Finding):
+            self.findings.append(LogFinding(offset, header.position, decoded.kind,
+                                            decoded.message))
+        elif decoded.error is not None or decoded.kind is None or decoded.key is None:
+            error = decoded.error
+            self.findings.append(LogFinding(offset, header.position,
+                                            error.kind if error else "undecoded",
+                                            error.message if error else "no key"))
+        else:
+            kind = decoded.kind
+            key = share_key(decoded.key, kind.key_layout())
+            value = None
+            if decoded.value is not None and decoded.value_version is not None:
+                layout = kind.value_layout(decoded.value_version)
+                assert layout is not None
+                value = share_value(decoded.value, layout)
+            self.shard.replay(offset, kind.type_id, key, value, header.producer_id,
+                              header.is_transactional)
+            if self.history is not None:
+                self.history(offset, record.timestamp, key, self.shard)
+
+
+def _where(record: RawRecord | None) -> tuple[int | None, int | None]:
+    return (None, None) if record is None else (record.offset, record.timestamp)
+
+
+@cache
+def _native_slots(dialects: tuple[str, ...]) -> dict[int, tuple[int, ...]]:
+    """Value slot tables of the share record kinds of `dialects`, keyed type << 16 | version."""
+    table: dict[int, tuple[int, ...]] = {}
+    for name in dialects:
+        for type_id, kind in dialect(name).topics.get(SHARE_STATE_TOPIC, {}).items():
+            if kind.key_layout().names[:3] != ("group_id", "topic_id", "partition"):
+                continue
+            valid = kind.value.valid
+            for version in range(valid.lo, (valid.hi if valid.hi is not None else valid.lo) + 1):
+                layout = kind.value_layout(version)
+                if layout is not None:
+                    table[type_id << 16 | version] = native_value_slots(layout)
+    return table

@@ -1,0 +1,276 @@
+/* Native fast path of sharestate/replay/share_log.py: apply a batch of decoded share-state
+ * records to a ShareShard, as the shard's `_snapshot` / `_update` would.
+ *
+ * share_apply(context, records, decoded, as_of_offset, as_of_time, slots, fallback)
+ *     -> (applied, stopped, last_offset, last_timestamp)
+ *   context  : ShareShard.native_context() — (states, leader_epochs, state_epochs, counts,
+ *              offsets_update, limit, first_update_count, fresh_state_epoch,
+ *              fresh_timestamp, share_key_type, state_type, 1)
+ *   slots    : {type_id << 16 | version: (is_snapshot, snapshot_epoch, state_epoch,
+ *               leader_epoch, start_offset, delivery_complete_count, create_timestamp,
+ *               write_timestamp, batches, first, last, state, count)}, -1 = field absent
+ *   fallback : callable(record, decoded) applying one record in Python
+ * Records the C path does not take exactly as the shard would (tombstones, errors, control
+ * records, unknown layouts, invalid state batches) go to `fallback`, one by one, in order.
+ */
+#include "native.h"
+
+PyObject *native_combine_batches(PyObject *so_far, PyObject *new_batches, long long start);
+
+static PyObject *key_value_type = NULL, *state_batch_type = NULL;
+
+static int load_types(void) {
+    if (key_value_type) return 0;
+    PyObject *kv = PyImport_ImportModule("sharestate.records.keyvalue");
+    if (!kv) return -1;
+    key_value_type = PyObject_GetAttrString(kv, "KeyValue");
+    Py_DECREF(kv);
+    PyObject *st = PyImport_ImportModule("sharestate.coordinator.share_state");
+    if (!st) return -1;
+    state_batch_type = PyObject_GetAttrString(st, "StateBatch");
+    Py_DECREF(st);
+    return (key_value_type && state_batch_type) ? 0 : -1;
+}
+
+static PyObject *new_tuple(PyObject *type, Py_ssize_t n) {
+    return ((PyTypeObject *)type)->tp_alloc((PyTypeObject *)type, n);
+}
+
+static long slot_at(PyObject *slots, int i) {
+    return PyLong_AsLong(PyTuple_GET_ITEM(slots, i));
+}
+
+/* Item `index` of `values`, or `absent` (new ref) when index is -1. */
+static PyObject *field(PyObject *values, long index, PyObject *absent) {
+    return Py_NewRef(index < 0 ? absent : PyTuple_GET_ITEM(values, index));
+}
+
+/* 1 when every decoded batch has first <= last, 0 when one does not, -1 on error. */
+static int batches_valid(PyObject *raw, PyObject *slots) {
+    long fi = slot_at(slots, 9), li = slot_at(slots, 10);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(raw); i++) {
+        PyObject *b = PyTuple_GET_ITEM(raw, i);
+        int bad = PyObject_RichCompareBool(PyTuple_GET_ITEM(b, fi), PyTuple_GET_ITEM(b, li), Py_GT);
+        if (bad != 0) return bad < 0 ? -1 : 0;
+    }
+    return 1;
+}
+
+/* The decoded batch structs as a tuple of StateBatch (all valid). */
+static PyObject *state_batches(PyObject *raw, PyObject *slots) {
+    long fi = slot_at(slots, 9), li = slot_at(slots, 10), si = slot_at(slots, 11);
+    long ci = slot_at(slots, 12);
+    Py_ssize_t n = PyTuple_GET_SIZE(raw);
+    PyObject *out = PyTuple_New(n);
+    if (!out) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *b = PyTuple_GET_ITEM(raw, i);
+        PyObject *first = PyTuple_GET_ITEM(b, fi), *last = PyTuple_GET_ITEM(b, li);
+        PyObject *sb = new_tuple(state_batch_type, 4);
+        if (!sb) { Py_DECREF(out); return NULL; }
+        PyTuple_SET_ITEM(sb, 0, Py_NewRef(first));
+        PyTuple_SET_ITEM(sb, 1, Py_NewRef(last));
+        PyTuple_SET_ITEM(sb, 2, Py_NewRef(PyTuple_GET_ITEM(b, si)));
+        PyTuple_SET_ITEM(sb, 3, Py_NewRef(PyTuple_GET_ITEM(b, ci)));
+        PyTuple_SET_ITEM(out, i, sb);
+    }
+    return out;
+}
+
+/* map[key] = max(map.get(key), value) */
+static int max_into(PyObject *map, PyObject *key, PyObject *value) {
+    PyObject *prev = PyDict_GetItemWithError(map, key);
+    if (!prev) {
+        if (PyErr_Occurred()) return -1;
+        return PyDict_SetItem(map, key, value);
+    }
+    int less = PyObject_RichCompareBool(prev, value, Py_LT);
+    if (less < 0) return -1;
+    return less ? PyDict_SetItem(map, key, value) : 0;
+}
+
+static PyObject *state_of(PyObject *type, PyObject *items[8]) {
+    PyObject *state = new_tuple(type, 8);
+    if (!state) {
+        for (int i = 0; i < 8; i++) Py_XDECREF(items[i]);
+        return NULL;
+    }
+    for (int i = 0; i < 8; i++) PyTuple_SET_ITEM(state, i, items[i]);
+    return state;
+}
+
+/* 1 applied, 0 not taken (fall back), -1 error */
+static int apply_one(PyObject *ctx, PyObject *record, PyObject *decoded, PyObject *slot_table) {
+    if (!Py_IS_TYPE(decoded, (PyTypeObject *)key_value_type)) return 0;
+    PyObject *type_id = PyTuple_GET_ITEM(decoded, 0), *kind = PyTuple_GET_ITEM(decoded, 1);
+    PyObject *key_values = PyTuple_GET_ITEM(decoded, 2), *version = PyTuple_GET_ITEM(decoded, 3);
+    PyObject *values = PyTuple_GET_ITEM(decoded, 4), *error = PyTuple_GET_ITEM(decoded, 5);
+    if (error != Py_None || kind == Py_None || key_values == Py_None || values == Py_None
+        || version == Py_None) {
+        return 0;
+    }
+    long tid = PyLong_AsLong(type_id), ver = PyLong_AsLong(version);
+    if (PyErr_Occurred()) return -1;
+    PyObject *slot_key = PyLong_FromLong((tid << 16) | (ver & 0xFFFF));
+    if (!slot_key) return -1;
+    PyObject *slots = PyDict_GetItemWithError(slot_table, slot_key);
+    Py_DECREF(slot_key);
+    if (!slots) return PyErr_Occurred() ? -1 : 0;
+    PyObject *raw_batches = PyTuple_GET_ITEM(values, slot_at(slots, 8));
+    int valid = batches_valid(raw_batches, slots);
+    if (valid <= 0) return valid;
+    /* The combiner reads (first, last, state, count) from items 0-3 of any tuple, so an
+     * update merged into an existing state needs no StateBatch copies of its batches. */
+    int raw_order = slot_at(slots, 9) == 0 && slot_at(slots, 10) == 1
+                    && slot_at(slots, 11) == 2 && slot_at(slots, 12) == 3;
+    PyObject *batches = NULL;
+
+    PyObject *states = PyTuple_GET_ITEM(ctx, 0), *leader_epochs = PyTuple_GET_ITEM(ctx, 1);
+    PyObject *state_epochs = PyTuple_GET_ITEM(ctx, 2), *counts = PyTuple_GET_ITEM(ctx, 3);
+    PyObject *offsets_update = PyTuple_GET_ITEM(ctx, 4), *limit = PyTuple_GET_ITEM(ctx, 5);
+    PyObject *first_count = PyTuple_GET_ITEM(ctx, 6), *fresh_epoch = PyTuple_GET_ITEM(ctx, 7);
+    PyObject *fresh_ts = PyTuple_GET_ITEM(ctx, 8), *key_type = PyTuple_GET_ITEM(ctx, 9);
+    PyObject *state_type = PyTuple_GET_ITEM(ctx, 10);
+
+    PyObject *key = new_tuple(key_type, 3);
+    if (!key) return -1;
+    for (int i = 0; i < 3; i++) PyTuple_SET_ITEM(key, i, Py_NewRef(PyTuple_GET_ITEM(key_values, i)));
+
+    int is_snapshot = PyObject_IsTrue(PyTuple_GET_ITEM(slots, 0));
+    PyObject *minus_one = PyLong_FromLong(-1);
+    PyObject *leader_epoch = PyTuple_GET_ITEM(values, slot_at(slots, 3));
+    PyObject *start = PyTuple_GET_ITEM(values, slot_at(slots, 4));
+    int rc = -1;
+    if (!minus_one || max_into(leader_epochs, key, leader_epoch) < 0) goto done;
+    if (is_snapshot) {
+        long sei = slot_at(slots, 2);
+        if (sei < 0) { rc = 0; goto done; }
+        PyObject *state_epoch = PyTuple_GET_ITEM(values, sei);
+        if (max_into(state_epochs, key, state_epoch) < 0) goto done;
+        if (!(batches = state_batches(raw_batches, slots))) goto done;
+        PyObject *items[8] = {
+            Py_NewRef(PyTuple_GET_ITEM(values, slot_at(slots, 1))), Py_NewRef(state_epoch),
+            Py_NewRef(leader_epoch), Py_NewRef(start),
+            field(values, slot_at(slots, 5), minus_one), field(values, slot_at(slots, 6), Py_None),
+            field(values, slot_at(slots, 7), Py_None), Py_NewRef(batches) };
+        PyObject *state = state_of(state_type, items);
+        if (!state) goto done;
+        int set = PyDict_SetItem(states, key, state);
+        Py_DECREF(state);
+        if (set < 0) goto done;
+        PyObject *count = PyDict_GetItemWithError(counts, key);
+        if (count) {
+            int reached = PyObject_RichCompareBool(count, limit, Py_GE);
+            if (reached < 0) goto done;
+            if (reached) {
+                PyObject *zero = PyLong_FromLong(0);
+                if (!zero) goto done;
+                int r = PyDict_SetItem(counts, key, zero);
+                Py_DECREF(zero);
+                if (r < 0) goto done;
+            }
+        } else if (PyErr_Occurred()) {
+            goto done;
+        }
+        PyObject *res = PyObject_CallFunctionObjArgs(offsets_update, key, PyTuple_GET_ITEM(record, 0),
+                                                     Py_False, NULL);
+        if (!res) goto done;
+        Py_DECREF(res);
+    } else {
+        long dcci = slot_at(slots, 5);
+        PyObject *dcc = dcci < 0 ? minus_one : PyTuple_GET_ITEM(values, dcci);
+        PyObject *state = PyDict_GetItemWithError(states, key);
+        PyObject *new_state;
+        if (!state) {
+            if (PyErr_Occurred()) goto done;
+            if (!(batches = state_batches(raw_batches, slots))) goto done;
+            PyObject *items[8] = {
+                Py_NewRef(PyTuple_GET_ITEM(values, slot_at(slots, 1))), Py_NewRef(fresh_epoch),
+                Py_NewRef(leader_epoch), Py_NewRef(start), Py_NewRef(dcc), Py_NewRef(fresh_ts),
+                Py_NewRef(fresh_ts), Py_NewRef(batches) };
+            new_state = state_of(state_type, items);
+        } else {
+            int keep_start = PyObject_RichCompareBool(start, minus_one, Py_EQ);
+            int keep_epoch = PyObject_RichCompareBool(leader_epoch, minus_one, Py_EQ);
+            if (keep_start < 0 || keep_epoch < 0) goto done;
+            PyObject *s = keep_start ? PyTuple_GET_ITEM(state, 3) : start;
+            long long start_value = PyLong_AsLongLong(s);
+            if (start_value == -1 && PyErr_Occurred()) goto done;
+            if (!raw_order && !(batches = state_batches(raw_batches, slots))) goto done;
+            PyObject *combined = native_combine_batches(PyTuple_GET_ITEM(state, 7),
+                                                        batches ? batches : raw_batches,
+                                                        start_value);
+            if (!combined) goto done;
+            PyObject *items[8] = {
+                Py_NewRef(PyTuple_GET_ITEM(state, 0)), Py_NewRef(PyTuple_GET_ITEM(state, 1)),
+                Py_NewRef(keep_epoch ? PyTuple_GET_ITEM(state, 2) : leader_epoch), Py_NewRef(s),
+                Py_NewRef(dcc), Py_NewRef(PyTuple_GET_ITEM(state, 5)),
+                Py_NewRef(PyTuple_GET_ITEM(state, 6)), combined };
+            new_state = state_of(state_type, items);
+        }
+        if (!new_state) goto done;
+        int set = PyDict_SetItem(states, key, new_state);
+        Py_DECREF(new_state);
+        if (set < 0) goto done;
+        PyObject *count = PyDict_GetItemWithError(counts, key);
+        PyObject *next;
+        if (count) next = PyNumber_Add(count, PyTuple_GET_ITEM(ctx, 11));
+        else if (PyErr_Occurred()) goto done;
+        else next = Py_NewRef(first_count);
+        if (!next) goto done;
+        int r = PyDict_SetItem(counts, key, next);
+        Py_DECREF(next);
+        if (r < 0) goto done;
+    }
+    rc = 1;
+done:
+    Py_XDECREF(minus_one);
+    Py_DECREF(key);
+    Py_XDECREF(batches);
+    return rc;
+}
+
+PyObject *native_share_apply(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 7 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 12
+        || !PyList_Check(args[1]) || !PyList_Check(args[2]) || !PyDict_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "share_apply(context, records, decoded, as_of_offset, as_of_time, slots, fallback)");
+        return NULL;
+    }
+    if (load_types() < 0) return NULL;
+    PyObject *ctx = args[0], *records = args[1], *decoded = args[2];
+    PyObject *as_of_offset = args[3], *as_of_time = args[4], *slot_table = args[5];
+    PyObject *fallback = args[6];
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    if (PyList_GET_SIZE(decoded) != n) {
+        PyErr_SetString(PyExc_ValueError, "records and decoded differ in length");
+        return NULL;
+    }
+    long long max_offset = 0, max_time = 0;
+    int bound_offset = as_of_offset != Py_None, bound_time = as_of_time != Py_None;
+    if (bound_offset && (max_offset = PyLong_AsLongLong(as_of_offset)) == -1 && PyErr_Occurred()) return NULL;
+    if (bound_time && (max_time = PyLong_AsLongLong(as_of_time)) == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t applied = 0;
+    int stopped = 0;
+    PyObject *last_offset = Py_None, *last_ts = Py_None;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *record = PyList_GET_ITEM(records, i);
+        PyObject *offset = PyTuple_GET_ITEM(record, 0), *ts = PyTuple_GET_ITEM(record, 1);
+        long long o = PyLong_AsLongLong(offset), t = PyLong_AsLongLong(ts);
+        if (PyErr_Occurred()) return NULL;
+        if ((bound_offset && o > max_offset) || (bound_time && t > max_time)) { stopped = 1; break; }
+        PyObject *item = PyList_GET_ITEM(decoded, i);
+        int rc = apply_one(ctx, record, item, slot_table);
+        if (rc < 0) return NULL;
+        if (rc == 0) {
+            PyObject *res = PyObject_CallFunctionObjArgs(fallback, record, item, NULL);
+            if (!res) return NULL;
+            Py_DECREF(res);
+        }
+        applied++;
+        last_offset = offset;
+        last_ts = ts;
+    }
+    return Py_BuildValue("(nOOO)", applied, stopped ? Py_True : Py_False, last_offset, last_ts);
+}
