@@ -8,15 +8,16 @@
  */
 #include "native.h"
 
-static PyObject *header_type = NULL;
+static PyObject *header_type = NULL, *batch_type = NULL;
 
 static int load_header_type(void) {
     if (header_type) return 0;
     PyObject *module = PyImport_ImportModule("sharestate.log.batch");
     if (!module) return -1;
     header_type = PyObject_GetAttrString(module, "BatchHeader");
+    batch_type = PyObject_GetAttrString(module, "Batch");
     Py_DECREF(module);
-    return header_type ? 0 : -1;
+    return (header_type && batch_type) ? 0 : -1;
 }
 
 static int crc_matches(PyObject *crc_fn, const unsigned char *data, Py_ssize_t n,
@@ -33,7 +34,7 @@ static int crc_matches(PyObject *crc_fn, const unsigned char *data, Py_ssize_t n
 }
 
 /* scan_v2(buf, off, base_position, max_batch, crc_fn, create_time, log_append_time, none,
- *         max_batches) -> ([(header, records), ...], new_off) */
+ *         max_batches) -> ([Batch(header, records, []), ...], new_off) */
 PyObject *native_scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs != 9) {
@@ -137,11 +138,16 @@ PyObject *native_scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs
             PyTuple_SET_ITEM(header, i, items[i] ? items[i] : Py_NewRef(Py_None));
         }
         if (failed) { Py_DECREF(header); Py_DECREF(records); goto done; }
-        PyObject *pair = PyTuple_Pack(2, header, records);
-        Py_DECREF(header);
-        Py_DECREF(records);
-        if (!pair || PyList_Append(out, pair) < 0) { Py_XDECREF(pair); goto done; }
-        Py_DECREF(pair);
+        PyObject *findings = PyList_New(0);
+        PyObject *batch = findings ? ((PyTypeObject *)batch_type)->tp_alloc(
+            (PyTypeObject *)batch_type, 3) : NULL;
+        if (!batch) { Py_XDECREF(findings); Py_DECREF(header); Py_DECREF(records); goto done; }
+        PyTuple_SET_ITEM(batch, 0, header);
+        PyTuple_SET_ITEM(batch, 1, records);
+        PyTuple_SET_ITEM(batch, 2, findings);
+        int appended = PyList_Append(out, batch);
+        Py_DECREF(batch);
+        if (appended < 0) goto done;
         off += (Py_ssize_t)size;
     }
     result = Py_BuildValue("(On)", out, off);

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 COMPRESSION_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -82,10 +82,9 @@ class Finding:
         return cls(kind, message, position, offset, bytes(raw[:cap]), len(raw))
 
 
-@dataclass(slots=True)
-class Batch:
+class Batch(NamedTuple):
     """A batch header, its records (in log order) and the problems found inside it."""
 
     header: BatchHeader
     records: list[RawRecord]
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[Finding]

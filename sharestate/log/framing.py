@@ -164,8 +164,15 @@ class _Scanner:
         self._seek_start()
         pos = self.start
         while True:
-            if native.module is not None:
-                pos = yield from self._scan_clean(pos)
+            if native.module is not None:  # the run of clean batches buffered here, in C
+                while True:
+                    scanned, off = native.module.scan_v2(
+                        self.buf, pos - self.base, self.base, self.max_batch, crc32c,
+                        CREATE_TIME, LOG_APPEND_TIME, COMPRESSION_NAMES[0], _SCAN_BATCHES)
+                    pos = self.base + off
+                    yield from scanned
+                    if len(scanned) < _SCAN_BATCHES:
+                        break
             if not self._fill(pos, pos + _PROBE):
                 left = self._end() - pos
                 if left > 0:
@@ -206,19 +213,6 @@ class _Scanner:
                     resume = inner
             yield batch
             pos = resume
-
-    def _scan_clean(self, pos: int) -> Generator[Batch, None, int]:
-        """Native fast path: yield the run of clean v2 batches buffered at `pos`."""
-        assert native.module is not None
-        off = pos - self.base
-        while True:
-            scanned, off = native.module.scan_v2(self.buf, off, self.base, self.max_batch,
-                                                 crc32c, CREATE_TIME, LOG_APPEND_TIME,
-                                                 COMPRESSION_NAMES[0], _SCAN_BATCHES)
-            for header, records in scanned:
-                yield Batch(header, records, [])
-            if len(scanned) < _SCAN_BATCHES:
-                return int(self.base + off)
 
     def _frame_problem(self, magic: int, length: int) -> _Problem | None:
         if length < 0:
