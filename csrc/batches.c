@@ -34,11 +34,12 @@ static int crc_matches(PyObject *crc_fn, const unsigned char *data, Py_ssize_t n
 }
 
 /* scan_v2(buf, off, base_position, max_batch, crc_fn, create_time, log_append_time, none,
- *         max_batches) -> ([Batch(header, records, []), ...], new_off) */
+ *         max_batches, stop_position) -> ([Batch(header, records, []), ...], new_off)
+ * stop_position (absolute, -1: none): no batch starting at or after it is read. */
 PyObject *native_scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 9) {
-        PyErr_SetString(PyExc_TypeError, "scan_v2 takes 9 arguments");
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "scan_v2 takes 10 arguments");
         return NULL;
     }
     if (load_header_type() < 0) return NULL;
@@ -50,13 +51,15 @@ PyObject *native_scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     PyObject *crc_fn = args[4], *create_time = args[5], *log_append = args[6];
     PyObject *none_codec = args[7];
     Py_ssize_t max_batches = PyLong_AsSsize_t(args[8]);
+    long long stop_position = PyLong_AsLongLong(args[9]);
     PyObject *out = NULL, *result = NULL;
     if (PyErr_Occurred()) goto done;
     out = PyList_New(0);
     if (!out) goto done;
     const unsigned char *buf = view.buf;
     Py_ssize_t len = view.len;
-    while (off >= 0 && off + 61 <= len && PyList_GET_SIZE(out) < max_batches) {
+    while (off >= 0 && off + 61 <= len && PyList_GET_SIZE(out) < max_batches
+           && (stop_position < 0 || base_position + off < stop_position)) {
         const unsigned char *b = buf + off;
         long long base_offset = (long long)native_be64(b);
         int32_t length = (int32_t)native_be32(b + 8);

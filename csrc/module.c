@@ -52,7 +52,7 @@ static PyMethodDef methods[] = {
     {"parse_records", (PyCFunction)(void (*)(void))native_parse_records, METH_FASTCALL,
      "parse_records(buf, pos, end, count, base_offset, base_timestamp, base_sequence)"},
     {"scan_v2", (PyCFunction)(void (*)(void))native_scan_v2, METH_FASTCALL,
-     "scan_v2(buf, off, base_position, max_batch, crc_fn, create_time, log_append_time, none, max_batches)"},
+     "scan_v2(buf, off, base_position, max_batch, crc_fn, create_time, log_append_time, none, max_batches, stop)"},
     {"decode_key_values", (PyCFunction)(void (*)(void))native_decode_key_values, METH_FASTCALL,
      "decode_key_values(records, table, fallback) -> list of KeyValue"},
     {"combine", (PyCFunction)(void (*)(void))native_combine, METH_FASTCALL,

@@ -63,7 +63,7 @@ _SCAN_BATCHES = 64  # batches per native call: keeps short-lived objects short-l
 _Problem = tuple[str, str, int | None]  # kind, message, offset
 
 
-def read_batches(stream: BinaryIO, *, start_position: int = 0,
+def read_batches(stream: BinaryIO, *, start_position: int = 0, end_position: int | None = None,
                  max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
                  max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
                  max_raw_bytes: int = DEFAULT_RAW_CAP,
@@ -71,21 +71,26 @@ def read_batches(stream: BinaryIO, *, start_position: int = 0,
     """Yield each batch of `stream` in order, and a `Finding` for each unreadable range.
 
     Positions count from the start of the stream. With `start_position` the stream is
-    first moved there (seek, or read and discarded when it cannot seek).
+    first moved there (seek, or read and discarded when it cannot seek); it must be a batch
+    boundary, such as a position from the segment's offset index. `end_position` stops
+    before the first batch or unreadable range starting at or after it (the one in progress
+    is finished), so splits [0, a), [a, b), [b, None) at batch boundaries together read
+    every batch and report every finding exactly once.
     """
     if start_position < 0 or max_batch_bytes < V2_HEADER_SIZE or max_inflated_bytes < 0 \
             or max_raw_bytes < 0 or chunk_bytes < 1:
         raise ValueError("read_batches: positions and limits must be positive")
     return _Scanner(stream, start_position, max_batch_bytes, max_inflated_bytes,
-                    max_raw_bytes, chunk_bytes).run()
+                    max_raw_bytes, chunk_bytes, end_position).run()
 
 
 class _Scanner:
     """A forward-only window over the stream plus the batch-by-batch walk."""
 
     def __init__(self, stream: BinaryIO, start: int, max_batch: int, max_inflated: int,
-                 raw_cap: int, chunk: int) -> None:
+                 raw_cap: int, chunk: int, stop: int | None = None) -> None:
         self.stream = stream
+        self.stop = stop
         self.start = start
         self.max_batch = max_batch
         self.max_inflated = max_inflated
@@ -163,16 +168,20 @@ class _Scanner:
     def _walk(self) -> Iterator[Batch | Finding]:
         self._seek_start()
         pos = self.start
-        while True:
+        stop = self.stop
+        while stop is None or pos < stop:
             if native.module is not None:  # the run of clean batches buffered here, in C
                 while True:
                     scanned, off = native.module.scan_v2(
                         self.buf, pos - self.base, self.base, self.max_batch, crc32c,
-                        CREATE_TIME, LOG_APPEND_TIME, COMPRESSION_NAMES[0], _SCAN_BATCHES)
+                        CREATE_TIME, LOG_APPEND_TIME, COMPRESSION_NAMES[0], _SCAN_BATCHES,
+                        -1 if stop is None else stop)
                     pos = self.base + off
                     yield from scanned
                     if len(scanned) < _SCAN_BATCHES:
                         break
+                if stop is not None and pos >= stop:
+                    return
             if not self._fill(pos, pos + _PROBE):
                 left = self._end() - pos
                 if left > 0:

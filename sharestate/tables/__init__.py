@@ -1,0 +1,1 @@
+"""The Delta tables: their documented schemas and the rows the jobs write into them."""
