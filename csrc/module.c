@@ -58,7 +58,7 @@ static PyMethodDef methods[] = {
     {"combine", (PyCFunction)(void (*)(void))native_combine, METH_FASTCALL,
      "combine(so_far, new, start_offset) -> batches (Kafka 4.4's combiner)"},
     {"share_apply", (PyCFunction)(void (*)(void))native_share_apply, METH_FASTCALL,
-     "share_apply(context, records, decoded, as_of_offset, as_of_time, slots, fallback)"},
+     "share_apply(context, records, decoded, as_of_offset, as_of_time, slots, fallback, history)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,15 +1,19 @@
 /* Native fast path of sharestate/replay/share_log.py: apply a batch of decoded share-state
  * records to a ShareShard, as the shard's `_snapshot` / `_update` would.
  *
- * share_apply(context, records, decoded, as_of_offset, as_of_time, slots, fallback)
+ * share_apply(context, records, decoded, as_of_offset, as_of_time, slots, fallback, history)
  *     -> (applied, stopped, last_offset, last_timestamp)
  *   context  : ShareShard.native_context() — (states, leader_epochs, state_epochs, counts,
  *              offsets_update, limit, first_update_count, fresh_state_epoch,
- *              fresh_timestamp, share_key_type, state_type, 1)
+ *              fresh_timestamp, share_key_type, state_type, 1, snapshot_offsets)
  *   slots    : {type_id << 16 | version: (is_snapshot, snapshot_epoch, state_epoch,
  *               leader_epoch, start_offset, delivery_complete_count, create_timestamp,
  *               write_timestamp, batches, first, last, state, count)}, -1 = field absent
  *   fallback : callable(record, decoded) applying one record in Python
+ *   history  : None, or a list that gets, per record applied in C, the tuple
+ *              (offset, timestamp, key, state, max_leader_epoch, max_state_epoch,
+ *               snapshot_update_count, last_snapshot_offset) — the fallback appends the
+ *              same for the records it applies, so the list stays in log order
  * Records the C path does not take exactly as the shard would (tombstones, errors, control
  * records, unknown layouts, invalid state batches) go to `fallback`, one by one, in order.
  */
@@ -99,8 +103,32 @@ static PyObject *state_of(PyObject *type, PyObject *items[8]) {
     return state;
 }
 
+static PyObject *get_or_none(PyObject *map, PyObject *key) {
+    PyObject *v = PyDict_GetItemWithError(map, key);
+    if (!v) return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    return Py_NewRef(v);
+}
+
+static int record_history(PyObject *ctx, PyObject *history, PyObject *record, PyObject *key) {
+    PyObject *entry = PyTuple_New(8);
+    if (!entry) return -1;
+    PyTuple_SET_ITEM(entry, 0, Py_NewRef(PyTuple_GET_ITEM(record, 0)));
+    PyTuple_SET_ITEM(entry, 1, Py_NewRef(PyTuple_GET_ITEM(record, 1)));
+    PyTuple_SET_ITEM(entry, 2, Py_NewRef(key));
+    static const int maps[5] = { 0, 1, 2, 3, 12 };
+    for (int i = 0; i < 5; i++) {
+        PyObject *v = get_or_none(PyTuple_GET_ITEM(ctx, maps[i]), key);
+        if (!v) { Py_DECREF(entry); return -1; }
+        PyTuple_SET_ITEM(entry, 3 + i, v);
+    }
+    int rc = PyList_Append(history, entry);
+    Py_DECREF(entry);
+    return rc;
+}
+
 /* 1 applied, 0 not taken (fall back), -1 error */
-static int apply_one(PyObject *ctx, PyObject *record, PyObject *decoded, PyObject *slot_table) {
+static int apply_one(PyObject *ctx, PyObject *record, PyObject *decoded, PyObject *slot_table,
+                     PyObject *history) {
     if (!Py_IS_TYPE(decoded, (PyTypeObject *)key_value_type)) return 0;
     PyObject *type_id = PyTuple_GET_ITEM(decoded, 0), *kind = PyTuple_GET_ITEM(decoded, 1);
     PyObject *key_values = PyTuple_GET_ITEM(decoded, 2), *version = PyTuple_GET_ITEM(decoded, 3);
@@ -222,7 +250,7 @@ static int apply_one(PyObject *ctx, PyObject *record, PyObject *decoded, PyObjec
         Py_DECREF(next);
         if (r < 0) goto done;
     }
-    rc = 1;
+    rc = history == Py_None ? 1 : (record_history(ctx, history, record, key) < 0 ? -1 : 1);
 done:
     Py_XDECREF(minus_one);
     Py_DECREF(key);
@@ -232,16 +260,17 @@ done:
 
 PyObject *native_share_apply(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 7 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 12
-        || !PyList_Check(args[1]) || !PyList_Check(args[2]) || !PyDict_Check(args[5])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "share_apply(context, records, decoded, as_of_offset, as_of_time, slots, fallback)");
+    if (nargs != 8 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 13
+        || !PyList_Check(args[1]) || !PyList_Check(args[2]) || !PyDict_Check(args[5])
+        || (args[7] != Py_None && !PyList_Check(args[7]))) {
+        PyErr_SetString(PyExc_TypeError, "share_apply(context, records, decoded, as_of_offset, "
+                                         "as_of_time, slots, fallback, history)");
         return NULL;
     }
     if (load_types() < 0) return NULL;
     PyObject *ctx = args[0], *records = args[1], *decoded = args[2];
     PyObject *as_of_offset = args[3], *as_of_time = args[4], *slot_table = args[5];
-    PyObject *fallback = args[6];
+    PyObject *fallback = args[6], *history = args[7];
     Py_ssize_t n = PyList_GET_SIZE(records);
     if (PyList_GET_SIZE(decoded) != n) {
         PyErr_SetString(PyExc_ValueError, "records and decoded differ in length");
@@ -261,7 +290,7 @@ PyObject *native_share_apply(PyObject *self, PyObject *const *args, Py_ssize_t n
         if (PyErr_Occurred()) return NULL;
         if ((bound_offset && o > max_offset) || (bound_time && t > max_time)) { stopped = 1; break; }
         PyObject *item = PyList_GET_ITEM(decoded, i);
-        int rc = apply_one(ctx, record, item, slot_table);
+        int rc = apply_one(ctx, record, item, slot_table, history);
         if (rc < 0) return NULL;
         if (rc == 0) {
             PyObject *res = PyObject_CallFunctionObjArgs(fallback, record, item, NULL);

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from sharestate import native
 from sharestate.coordinator.combiner import combine, combine_py
 from sharestate.coordinator.share_state import StateBatch
-from sharestate.log import Batch, read_batches
+from sharestate.log import Batch, discover, read_batches
 from sharestate.log.records_v2 import parse_records, parse_records_py
 from sharestate.records import catalog
 from sharestate.records.codec import DecodeError, read_struct, read_struct_py
@@ -167,3 +167,24 @@ def test_native_combine_matches_python(so_far: list[StateBatch], new: list[State
                                        start: int, normalize: bool) -> None:
     base: Any = combine_py(so_far, [], -1) if normalize else tuple(so_far)
     assert combine(base, new, start) == combine_py(base, new, start)
+
+
+def test_native_replay_with_history_matches_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sharestate.replay.logs import partition_logs
+    from sharestate.replay.share_log import replay_share_log
+
+    paths = sorted(conformance_dir().glob("*/share_*.log"))
+    logs = [log for path in paths for log in partition_logs(discover([path]))]
+
+    def run() -> list[Any]:
+        out = []
+        for log in logs:
+            entries: list[Any] = []
+            result = replay_share_log(log, history_entries=entries)
+            out.append((entries, {k: result.shard.state(k) for k in result.shard},
+                        result.shard.last_redundant_offset(), result.findings))
+        return out
+
+    fast = run()
+    monkeypatch.setattr(native, "module", None)
+    assert fast == run()

@@ -46,5 +46,9 @@ class OffsetsManager:
         """The offset of `key`'s latest snapshot, or None when it is not tracked."""
         return self._offsets.get(key)
 
+    def tracked(self) -> dict[Hashable, int]:
+        """The live map key -> latest snapshot offset (read-only by contract)."""
+        return self._offsets
+
     def __len__(self) -> int:
         return len(self._offsets)

@@ -250,7 +250,8 @@ class ShareShard:
         return (self._states, self._leader_epochs, self._state_epochs, self._counts,
                 self._offsets.update_state, rules.snapshot_update_records_per_snapshot,
                 rules.first_update_count, rules.fresh_update_state_epoch,
-                rules.fresh_update_timestamp, ShareKey, SharePartitionState, 1)
+                rules.fresh_update_timestamp, ShareKey, SharePartitionState, 1,
+                self._offsets.tracked())
 
     # -- views --------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from sharestate.coordinator.share_rules import (
 )
 from sharestate.coordinator.share_state import (
     ShareKey,
+    SharePartitionState,
     native_value_slots,
     share_key,
     share_value,
@@ -33,6 +34,11 @@ from sharestate.replay.logs import END, AsOf, PartitionLog
 
 History = Callable[[int, int, ShareKey, ShareShard], None]
 """Called after each applied data record: (offset, timestamp, key, shard)."""
+
+HistoryEntry = tuple[int, int, ShareKey, SharePartitionState | None, int | None, int | None,
+                     int | None, int | None]
+"""After an applied data record: (offset, timestamp, key, state or None when deleted,
+max leader epoch, max state epoch, snapshot update count, last snapshot offset)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +100,15 @@ def rules_of(log: PartitionLog, limit: int) -> ShareRules:
 def replay_share_log(log: PartitionLog, *, as_of: AsOf = END, semantics: str = KAFKA,
                      snapshot_update_records_per_snapshot: int = (
                          DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT),
-                     history: History | None = None) -> ShareLogResult:
+                     history: History | None = None,
+                     history_entries: list[HistoryEntry] | None = None) -> ShareLogResult:
     """Replay `log` up to `as_of` (default: its end).
 
-    Clean records are applied in C (`sharestate._native.share_apply`) when the extension
-    is built, the shard allows it and no history is requested; every other record takes
-    `_Applier.apply`, the Python path that defines the semantics.
+    `history` is called after every applied data record; `history_entries`, when given,
+    receives a `HistoryEntry` per applied data record instead (the fast way to build the
+    history table). Clean records are applied in C (`sharestate._native.share_apply`) when
+    the extension is built, the shard allows it and no `history` callback is set; every
+    other record takes `_Applier.apply`, the Python path that defines the semantics.
     """
     shard = ShareShard(rules_of(log, snapshot_update_records_per_snapshot), semantics)
     result = ShareLogResult(log, shard, as_of)
@@ -121,10 +130,11 @@ def replay_share_log(log: PartitionLog, *, as_of: AsOf = END, semantics: str = K
                         for f in item.findings)
         if result.log_start_offset is None:
             result.log_start_offset = header.base_offset
-        applier = _Applier(shard, header, findings, history)
+        applier = _Applier(shard, header, findings, history, history_entries)
         if context is not None and native.module is not None:
             applied, stopped, last_offset, last_timestamp = native.module.share_apply(
-                context, records, item.decoded, as_of.offset, as_of.time, slots, applier.apply)
+                context, records, item.decoded, as_of.offset, as_of.time, slots, applier.apply,
+                history_entries)
         else:
             applied, stopped, last_offset, last_timestamp = applier.apply_all(
                 records, item.decoded, as_of)
@@ -149,14 +159,15 @@ def replay_share_log(log: PartitionLog, *, as_of: AsOf = END, semantics: str = K
 class _Applier:
     """Applies the records of one batch to the shard (the Python path)."""
 
-    __slots__ = ("findings", "header", "history", "shard")
+    __slots__ = ("entries", "findings", "header", "history", "shard")
 
     def __init__(self, shard: ShareShard, header: BatchHeader, findings: list[LogFinding],
-                 history: History | None) -> None:
+                 history: History | None, entries: list[HistoryEntry] | None) -> None:
         self.shard = shard
         self.header = header
         self.findings = findings
         self.history = history
+        self.entries = entries
 
     def apply_all(self, records: list[RawRecord], decoded: list[Any],
                   as_of: AsOf) -> tuple[int, bool, int | None, int | None]:
@@ -198,6 +209,12 @@ class _Applier:
                               header.is_transactional)
             if self.history is not None:
                 self.history(offset, record.timestamp, key, self.shard)
+            if self.entries is not None:
+                shard = self.shard
+                self.entries.append((offset, record.timestamp, key, shard.state(key),
+                                     shard.leader_epoch(key), shard.state_epoch(key),
+                                     shard.snapshot_update_count(key),
+                                     shard.last_snapshot_offset(key)))
 
 
 def _where(record: RawRecord | None) -> tuple[int | None, int | None]:
