@@ -180,7 +180,7 @@ def test_native_replay_with_history_matches_python(monkeypatch: pytest.MonkeyPat
         out = []
         for log in logs:
             entries: list[Any] = []
-            result = replay_share_log(log, history_entries=entries)
+            result = replay_share_log(log, history_sink=entries.extend)
             out.append((entries, {k: result.shard.state(k) for k in result.shard},
                         result.shard.last_redundant_offset(), result.findings))
         return out

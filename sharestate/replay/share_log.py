@@ -40,6 +40,9 @@ HistoryEntry = tuple[int, int, ShareKey, SharePartitionState | None, int | None,
 """After an applied data record: (offset, timestamp, key, state or None when deleted,
 max leader epoch, max state epoch, snapshot update count, last snapshot offset)."""
 
+HistorySink = Callable[[list[HistoryEntry]], None]
+"""Receives the history entries of one batch, in log order."""
+
 
 @dataclass(frozen=True, slots=True)
 class LogFinding:
@@ -101,12 +104,12 @@ def replay_share_log(log: PartitionLog, *, as_of: AsOf = END, semantics: str = K
                      snapshot_update_records_per_snapshot: int = (
                          DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT),
                      history: History | None = None,
-                     history_entries: list[HistoryEntry] | None = None) -> ShareLogResult:
+                     history_sink: HistorySink | None = None) -> ShareLogResult:
     """Replay `log` up to `as_of` (default: its end).
 
-    `history` is called after every applied data record; `history_entries`, when given,
-    receives a `HistoryEntry` per applied data record instead (the fast way to build the
-    history table). Clean records are applied in C (`sharestate._native.share_apply`) when
+    `history` is called after every applied data record; `history_sink`, when given, is
+    called after every batch with the `HistoryEntry` of each data record it applied (the
+    fast way to build the history table: memory stays bounded by one batch). Clean records are applied in C (`sharestate._native.share_apply`) when
     the extension is built, the shard allows it and no `history` callback is set; every
     other record takes `_Applier.apply`, the Python path that defines the semantics.
     """
@@ -130,14 +133,18 @@ def replay_share_log(log: PartitionLog, *, as_of: AsOf = END, semantics: str = K
                         for f in item.findings)
         if result.log_start_offset is None:
             result.log_start_offset = header.base_offset
-        applier = _Applier(shard, header, findings, history, history_entries)
+        entries: list[HistoryEntry] | None = [] if history_sink is not None else None
+        applier = _Applier(shard, header, findings, history, entries)
         if context is not None and native.module is not None:
             applied, stopped, last_offset, last_timestamp = native.module.share_apply(
                 context, records, item.decoded, as_of.offset, as_of.time, slots, applier.apply,
-                history_entries)
+                entries)
         else:
             applied, stopped, last_offset, last_timestamp = applier.apply_all(
                 records, item.decoded, as_of)
+        if entries:
+            assert history_sink is not None
+            history_sink(entries)
         if applied:
             result.last_applied_offset = last_offset
             result.last_applied_timestamp = last_timestamp
