@@ -59,6 +59,10 @@ static PyMethodDef methods[] = {
      "combine(so_far, new, start_offset) -> batches (Kafka 4.4's combiner)"},
     {"share_apply", (PyCFunction)(void (*)(void))native_share_apply, METH_FASTCALL,
      "share_apply(context, records, decoded, as_of_offset, as_of_time, slots, fallback, history)"},
+    {"flatten_batches", native_flatten_batches, METH_O,
+     "flatten_batches(states) -> (offsets, first, last, state, count, valid) buffers"},
+    {"transpose", (PyCFunction)(void (*)(void))native_transpose, METH_FASTCALL,
+     "transpose(rows, paths) -> one list per index path"},
     {NULL, NULL, 0, NULL},
 };
 

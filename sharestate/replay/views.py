@@ -22,7 +22,7 @@ def state_row(result: ShareLogResult, key: ShareKey) -> dict[str, Any]:
     shard = result.shard
     state = shard.state(key)
     assert state is not None
-    has_dcc = _has_delivery_complete_count(shard.rules.dialect)
+    has_dcc = has_delivery_complete_count(shard.rules.dialect)
     return {
         "group_id": key.group_id,
         "topic_id": key.topic_id,
@@ -47,7 +47,8 @@ def state_row(result: ShareLogResult, key: ShareKey) -> dict[str, Any]:
 
 
 @cache
-def _has_delivery_complete_count(dialect_name: str) -> bool:
+def has_delivery_complete_count(dialect_name: str) -> bool:
+    """Whether share-state values of the dialect carry a delivery-complete count."""
     kind = dialect(dialect_name).kind(SHARE_STATE_TOPIC, SNAPSHOT_TYPE)
     return kind is not None and any(f.name == "DeliveryCompleteCount" for f in kind.value.fields)
 

@@ -1,0 +1,128 @@
+/* Native twin of sharestate/tables/columns.py `flatten_batches_py`: the state batches of many
+ * states as flat little-endian buffers for an Arrow list<struct> column.
+ *
+ * flatten_batches(states) -> (offsets int32[n+1], first int64[m], last int64[m],
+ *                             state int32[m], count int32[m], valid uint8[n])
+ * `states` is a sequence whose items are None (a null list) or tuples whose item 7 is the
+ * batch tuple of (first, last, state, count).
+ */
+#include "native.h"
+
+static int grow(char **buf, Py_ssize_t *cap, Py_ssize_t need) {
+    if (need <= *cap) return 0;
+    Py_ssize_t cap2 = *cap ? *cap : 1024;
+    while (cap2 < need) cap2 *= 2;
+    char *grown = PyMem_Realloc(*buf, (size_t)cap2);
+    if (!grown) { PyErr_NoMemory(); return -1; }
+    *buf = grown;
+    *cap = cap2;
+    return 0;
+}
+
+PyObject *native_flatten_batches(PyObject *self, PyObject *states) {
+    (void)self;
+    PyObject *fast = PySequence_Fast(states, "states must be a sequence");
+    if (!fast) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    char *first = NULL, *last = NULL, *state = NULL, *count = NULL;
+    Py_ssize_t cf = 0, cl = 0, cs = 0, cc = 0, m = 0;
+    PyObject *offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+    PyObject *valid = PyBytes_FromStringAndSize(NULL, n);
+    PyObject *result = NULL;
+    if (!offsets || !valid) goto done;
+    int32_t *off = (int32_t *)PyBytes_AS_STRING(offsets);
+    char *ok = PyBytes_AS_STRING(valid);
+    off[0] = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *s = items[i];
+        ok[i] = s != Py_None;
+        if (s != Py_None) {
+            if (!PyTuple_Check(s) || PyTuple_GET_SIZE(s) < 8 || !PyTuple_Check(PyTuple_GET_ITEM(s, 7))) {
+                PyErr_SetString(PyExc_TypeError, "a state is a tuple whose item 7 holds its batches");
+                goto done;
+            }
+            PyObject *batches = PyTuple_GET_ITEM(s, 7);
+            Py_ssize_t k = PyTuple_GET_SIZE(batches);
+            if (grow(&first, &cf, (m + k) * 8) < 0 || grow(&last, &cl, (m + k) * 8) < 0
+                || grow(&state, &cs, (m + k) * 4) < 0 || grow(&count, &cc, (m + k) * 4) < 0) goto done;
+            for (Py_ssize_t j = 0; j < k; j++) {
+                PyObject *b = PyTuple_GET_ITEM(batches, j);
+                if (!PyTuple_Check(b) || PyTuple_GET_SIZE(b) < 4) {
+                    PyErr_SetString(PyExc_TypeError, "a state batch is a 4-tuple");
+                    goto done;
+                }
+                int64_t f = PyLong_AsLongLong(PyTuple_GET_ITEM(b, 0));
+                int64_t l = PyLong_AsLongLong(PyTuple_GET_ITEM(b, 1));
+                int32_t st = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(b, 2));
+                int32_t c = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(b, 3));
+                if (PyErr_Occurred()) goto done;
+                memcpy(first + (m + j) * 8, &f, 8);
+                memcpy(last + (m + j) * 8, &l, 8);
+                memcpy(state + (m + j) * 4, &st, 4);
+                memcpy(count + (m + j) * 4, &c, 4);
+            }
+            m += k;
+            if (m > INT32_MAX) { PyErr_SetString(PyExc_OverflowError, "too many batches"); goto done; }
+        }
+        off[i + 1] = (int32_t)m;
+    }
+    result = Py_BuildValue("(Oy#y#y#y#O)", offsets,
+                           first ? first : "", m * 8, last ? last : "", m * 8,
+                           state ? state : "", m * 4, count ? count : "", m * 4, valid);
+done:
+    Py_XDECREF(offsets);
+    Py_XDECREF(valid);
+    PyMem_Free(first);
+    PyMem_Free(last);
+    PyMem_Free(state);
+    PyMem_Free(count);
+    Py_DECREF(fast);
+    return result;
+}
+
+/* transpose(rows, paths) -> [column list per path]
+ * Each path is a tuple of item indexes followed down from the row (row[i][j]...); a None met
+ * on the way gives None. The pure-Python twin is sharestate/tables/columns.py
+ * `transpose_py`. */
+PyObject *native_transpose(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2 || !PyList_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "transpose(list of rows, tuple of index paths)");
+        return NULL;
+    }
+    PyObject *rows = args[0], *paths = args[1];
+    Py_ssize_t n = PyList_GET_SIZE(rows), k = PyTuple_GET_SIZE(paths);
+    PyObject *out = PyList_New(k);
+    if (!out) return NULL;
+    for (Py_ssize_t c = 0; c < k; c++) {
+        PyObject *path = PyTuple_GET_ITEM(paths, c);
+        if (!PyTuple_Check(path)) {
+            PyErr_SetString(PyExc_TypeError, "a path is a tuple of indexes");
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_ssize_t depth = PyTuple_GET_SIZE(path);
+        Py_ssize_t idx[8];
+        if (depth > 8) { PyErr_SetString(PyExc_ValueError, "path too deep"); Py_DECREF(out); return NULL; }
+        for (Py_ssize_t d = 0; d < depth; d++) idx[d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(path, d));
+        if (PyErr_Occurred()) { Py_DECREF(out); return NULL; }
+        PyObject *column = PyList_New(n);
+        if (!column) { Py_DECREF(out); return NULL; }
+        for (Py_ssize_t r = 0; r < n; r++) {
+            PyObject *v = PyList_GET_ITEM(rows, r);
+            for (Py_ssize_t d = 0; d < depth && v != Py_None; d++) {
+                if (!PyTuple_Check(v) || idx[d] >= PyTuple_GET_SIZE(v) || idx[d] < 0) {
+                    PyErr_SetString(PyExc_IndexError, "path does not fit a row");
+                    Py_DECREF(column);
+                    Py_DECREF(out);
+                    return NULL;
+                }
+                v = PyTuple_GET_ITEM(v, idx[d]);
+            }
+            PyList_SET_ITEM(column, r, Py_NewRef(v));
+        }
+        PyList_SET_ITEM(out, c, column);
+    }
+    return out;
+}

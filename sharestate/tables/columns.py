@@ -1,0 +1,63 @@
+"""Arrow columns built in bulk from replay objects (the hot part of writing gold rows)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from sharestate import native
+
+BATCH_STRUCT = pa.struct([pa.field("first_offset", pa.int64()),
+                          pa.field("last_offset", pa.int64()),
+                          pa.field("delivery_state", pa.int32()),
+                          pa.field("delivery_count", pa.int32())])
+BATCHES = pa.list_(BATCH_STRUCT)
+
+
+def state_batches_array(states: Sequence[Any]) -> pa.ListArray:
+    """The `state_batches` column: item 7 of each state (None: a null list)."""
+    if native.module is None:
+        return flatten_batches_py(states)
+    offsets, first, last, state, count, valid = native.module.flatten_batches(states)
+    n = len(states)
+    m = len(first) // 8
+    children = [pa.Array.from_buffers(pa.int64(), m, [None, pa.py_buffer(first)]),
+                pa.Array.from_buffers(pa.int64(), m, [None, pa.py_buffer(last)]),
+                pa.Array.from_buffers(pa.int32(), m, [None, pa.py_buffer(state)]),
+                pa.Array.from_buffers(pa.int32(), m, [None, pa.py_buffer(count)])]
+    values = pa.StructArray.from_arrays(children, fields=list(BATCH_STRUCT))
+    offset_array = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(offsets)])
+    mask = pa.array([b == 0 for b in valid], pa.bool_()) if 0 in valid else None
+    return pa.ListArray.from_arrays(offset_array, values, type=BATCHES, mask=mask)
+
+
+def flatten_batches_py(states: Sequence[Any]) -> pa.ListArray:
+    """The pure-Python `state_batches_array`."""
+    return pa.array([None if s is None else
+                     [{"first_offset": b[0], "last_offset": b[1], "delivery_state": b[2],
+                       "delivery_count": b[3]} for b in s[7]] for s in states], BATCHES)
+
+
+Path = tuple[int, ...]
+
+
+def transpose(rows: list[Any], paths: tuple[Path, ...]) -> list[list[Any]]:
+    """One list per path: `row[i][j]...` for each row, None where a None is met on the way."""
+    if native.module is None:
+        return transpose_py(rows, paths)
+    columns: list[list[Any]] = native.module.transpose(rows, paths)
+    return columns
+
+
+def transpose_py(rows: list[Any], paths: tuple[Path, ...]) -> list[list[Any]]:
+    """The pure-Python `transpose`."""
+    def follow(row: Any, path: Path) -> Any:
+        for index in path:
+            if row is None:
+                return None
+            row = row[index]
+        return row
+
+    return [[follow(row, path) for row in rows] for path in paths]
