@@ -1,0 +1,12 @@
+"""Pure analytics over replayed state: the rows of the gold tables (no Spark, no I/O).
+
+- `context`: `StateContext` (state partition, as-of point), `live_states`, `in_flight`.
+- `lag`: `share_group_lag` rows (`lag_rows`, `share_lag`, `topic_names`).
+- `redelivery`: `redelivery` rows and the per-group delivery-count histogram.
+- `audit`: `audit_findings` rows (`ShareAuditor`, `TransactionAuditor`, replay and
+  cross-topic findings).
+- `prune`: the `prune_recommendations` row, with the cold-partition snapshot what-if.
+- `offsets`: `consumer_group_offsets` rows (`OffsetHistory`, an offset-event listener).
+
+Row dicts use exactly the column names of `schemas/tables/<table>.json`, in that order.
+"""

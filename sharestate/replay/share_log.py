@@ -54,6 +54,41 @@ class LogFinding:
     message: str
 
 
+class PruneLedger:
+    """Records and bytes of the batches wholly below the (only rising) prune point.
+
+    The batches above it stay listed, (last offset, records, bytes) each, so `below` can
+    price any higher cut (a cold-partition snapshot's prune point) without another pass.
+    """
+
+    def __init__(self) -> None:
+        self.above: deque[tuple[int, int, int]] = deque()
+        self.records = 0
+        self.bytes = 0
+
+    def add(self, last_offset: int, records: int, size: int) -> None:
+        self.above.append((last_offset, records, size))
+
+    def advance(self, prune_offset: int | None) -> None:
+        if prune_offset is None:
+            return
+        above = self.above
+        while above and above[0][0] < prune_offset:
+            _, records, size = above.popleft()
+            self.records += records
+            self.bytes += size
+
+    def below(self, offset: int) -> tuple[int, int]:
+        """(records, bytes) of the batches wholly below `offset` (>= the prune point)."""
+        records, size = self.records, self.bytes
+        for last_offset, count, batch_bytes in self.above:
+            if last_offset >= offset:
+                break
+            records += count
+            size += batch_bytes
+        return records, size
+
+
 @dataclass
 class ShareLogResult:
     """A replayed state-topic partition: the shard and what the log looked like."""
@@ -70,27 +105,7 @@ class ShareLogResult:
     reclaimable_records: int = 0
     reclaimable_bytes: int = 0
     findings: list[LogFinding] = field(default_factory=list)
-
-
-class _PruneLedger:
-    """Records and bytes of the batches wholly below the (only rising) prune point."""
-
-    def __init__(self) -> None:
-        self.above: deque[tuple[int, int, int]] = deque()  # (last offset, records, bytes)
-        self.records = 0
-        self.bytes = 0
-
-    def add(self, last_offset: int, records: int, size: int) -> None:
-        self.above.append((last_offset, records, size))
-
-    def advance(self, prune_offset: int | None) -> None:
-        if prune_offset is None:
-            return
-        above = self.above
-        while above and above[0][0] < prune_offset:
-            _, records, size = above.popleft()
-            self.records += records
-            self.bytes += size
+    ledger: PruneLedger = field(default_factory=PruneLedger, repr=False, compare=False)
 
 
 def rules_of(log: PartitionLog, limit: int) -> ShareRules:
@@ -115,7 +130,7 @@ def replay_share_log(log: PartitionLog, *, as_of: AsOf = END, semantics: str = K
     """
     shard = ShareShard(rules_of(log, snapshot_update_records_per_snapshot), semantics)
     result = ShareLogResult(log, shard, as_of)
-    ledger = _PruneLedger()
+    ledger = result.ledger
     findings = result.findings
     context = shard.native_context() if native.module is not None and history is None else None
     slots = _native_slots(tuple(d.dialect for d in log.detections)) if context else {}

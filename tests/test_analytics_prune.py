@@ -1,0 +1,92 @@
+"""Prune recommendations with the cold-partition snapshot what-if (`sharestate.analytics.prune`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from conftest import conformance_dir
+
+from sharestate.analytics.prune import prune_recommendation
+from sharestate.log import discover
+from sharestate.replay.logs import AsOf, partition_logs
+from sharestate.replay.share_log import PruneLedger, replay_share_log
+from sharestate.tables.spec import table
+
+
+def test_ledger_prices_any_cut_above_the_prune_point() -> None:
+    ledger = PruneLedger()
+    for last, records, size in ((4, 5, 100), (9, 5, 90), (10, 1, 40), (14, 4, 70)):
+        ledger.add(last, records, size)
+    ledger.advance(5)
+    assert (ledger.records, ledger.bytes) == (5, 100)
+    assert ledger.below(5) == (5, 100)
+    assert ledger.below(10) == (10, 190)   # batch 10..10 is not wholly below 10
+    assert ledger.below(11) == (11, 230)
+    assert ledger.below(100) == (15, 300)
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+
+
+def _below(records: list[dict[str, Any]], offset: int) -> tuple[int, int]:
+    batches = {r["batch"]["position"]: r["batch"] for r in records
+               if r["batch"]["lastOffset"] < offset}
+    return (sum(b["recordCount"] for b in batches.values()),
+            sum(b["sizeInBytes"] for b in batches.values()))
+
+
+def test_recommendation_matches_kafka_at_every_checkpoint() -> None:
+    folder = conformance_dir("kafka-4.4-dev")
+    (log,) = partition_logs(discover([folder / "share_replay_small.log"]))
+    records = _lines(folder / "share_replay_small.records.jsonl")
+    checkpoints = _lines(folder / "share_replay_small.checkpoints.jsonl")
+    final = json.loads((folder / "share_replay_small.final_state.json").read_text("utf-8"))
+    assert checkpoints[-1]["afterOffset"] == final["afterOffset"]
+    for checkpoint in checkpoints:
+        at = checkpoint["afterOffset"]
+        result = replay_share_log(log, as_of=AsOf(offset=at),
+                                  snapshot_update_records_per_snapshot=5)
+        row = prune_recommendation(result)
+        assert list(row) == table("prune_recommendations").names
+        point = checkpoint["lastRedundantOffset"]
+        snapshots = {(p["groupId"], p["topicId"], p["partition"]): p["lastSnapshotOffset"]
+                     for p in checkpoint["partitions"]
+                     if p["state"] is not None and p.get("lastSnapshotOffset") is not None}
+        assert row["prune_offset"] == point, at
+        assert row["live_keys"] == sum(p["state"] is not None for p in checkpoint["partitions"])
+        assert (row["log_end_offset"], row["as_of_offset"]) == (at + 1, at)
+        assert (row["reclaimable_records"], row["reclaimable_bytes"]) == \
+            (_below(records, point) if point is not None else (0, 0))
+        oldest = min(snapshots.values())
+        assert [(h["group_id"], h["topic_id"], h["partition"]) for h in row["holding"]] == \
+            sorted(k for k, o in snapshots.items() if o == oldest)
+        cold = min((o for o in snapshots.values() if o != oldest), default=at + 1)
+        assert row["cold_snapshot_prune_offset"] == cold, at
+        assert point is None or cold >= point
+        assert (row["cold_snapshot_reclaimable_records"],
+                row["cold_snapshot_reclaimable_bytes"]) == _below(records, cold), at
+
+
+def test_final_recommendation_on_the_small_workload() -> None:
+    folder = conformance_dir("kafka-4.4-dev")
+    (log,) = partition_logs(discover([folder / "share_replay_small.log"]))
+    row = prune_recommendation(replay_share_log(log))
+    final = json.loads((folder / "share_replay_small.final_state.json").read_text("utf-8"))
+    assert row["prune_offset"] == final["lastRedundantOffset"]
+    assert row["cold_snapshot_prune_offset"] >= row["prune_offset"]
+    assert row["cold_snapshot_reclaimable_records"] >= row["reclaimable_records"]
+    assert row["cold_snapshot_reclaimable_bytes"] >= row["reclaimable_bytes"]
+    assert row["holding"] and all(h["last_snapshot_offset"] == row["prune_offset"]
+                                  for h in row["holding"])
+
+
+def test_no_snapshot_no_prune_point() -> None:
+    folder = conformance_dir("kafka-4.4-dev")
+    (log,) = partition_logs(discover([folder / "share_replay_small.log"]))
+    row = prune_recommendation(replay_share_log(log, as_of=AsOf(offset=0)))
+    records = _lines(folder / "share_replay_small.records.jsonl")
+    assert records[0]["recordType"] == 0 and row["prune_offset"] is None  # Kafka: 0 is empty
+    assert row["cold_snapshot_prune_offset"] == 1 and row["live_keys"] == 1
