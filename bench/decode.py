@@ -52,10 +52,10 @@ def memory_records_walk(memory_records: type, data: bytes) -> int:
 
 def main() -> None:
     data = large_segment()
-    from aiokafka.record._crecords import MemoryRecords as AiokafkaRecords  # noqa: PLC0415
-    from kafka.record.memory_records import MemoryRecords as KafkaPythonRecords  # noqa: PLC0415
+    from aiokafka.record._crecords import MemoryRecords as AiokafkaRecords
+    from kafka.record.memory_records import MemoryRecords as KafkaPythonRecords
 
-    figures = {
+    figures: dict[str, float | int | bool] = {
         "records": sharestate_framing(data),
         "bytes": len(data),
         "native": native.module is not None,

@@ -124,9 +124,10 @@ def replay_share_log(log: PartitionLog, *, as_of: AsOf = END, semantics: str = K
 
     `history` is called after every applied data record; `history_sink`, when given, is
     called after every batch with the `HistoryEntry` of each data record it applied (the
-    fast way to build the history table: memory stays bounded by one batch). Clean records are applied in C (`sharestate._native.share_apply`) when
-    the extension is built, the shard allows it and no `history` callback is set; every
-    other record takes `_Applier.apply`, the Python path that defines the semantics.
+    fast way to build the history table: memory stays bounded by one batch). Clean records
+    are applied in C (`sharestate._native.share_apply`) when the extension is built, the
+    shard allows it and no `history` callback is set; every other record takes
+    `_Applier.apply`, the Python path that defines the semantics.
     """
     shard = ShareShard(rules_of(log, snapshot_update_records_per_snapshot), semantics)
     result = ShareLogResult(log, shard, as_of)
