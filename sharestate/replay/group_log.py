@@ -8,7 +8,7 @@ from sharestate.coordinator.group_offsets import OffsetListener
 from sharestate.coordinator.group_replay import GroupCoordinatorReplay
 from sharestate.log import ControlRecord, Finding
 from sharestate.records.catalog import dialect
-from sharestate.replay.logs import END, AsOf, PartitionLog
+from sharestate.replay.logs import END, AsOf, LogSource
 from sharestate.replay.share_log import LogFinding
 
 
@@ -16,7 +16,7 @@ from sharestate.replay.share_log import LogFinding
 class GroupLogResult:
     """A replayed offsets partition: the coordinator state and the log's findings."""
 
-    log: PartitionLog
+    log: LogSource
     coordinator: GroupCoordinatorReplay
     last_applied_offset: int | None = None
     last_applied_timestamp: int | None = None
@@ -24,10 +24,10 @@ class GroupLogResult:
     findings: list[LogFinding] = field(default_factory=list)
 
 
-def replay_group_log(log: PartitionLog, *, as_of: AsOf = END,
+def replay_group_log(log: LogSource, *, as_of: AsOf = END,
                      listener: OffsetListener | None = None) -> GroupLogResult:
     """Replay `log` up to `as_of` (default: its end)."""
-    names = [d.dialect for d in log.detections]
+    names = list(log.dialects)
     coordinator = GroupCoordinatorReplay(dialect(names[-1]), listener)
     result = GroupLogResult(log, coordinator)
     for item in log.batches():

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Protocol
 
 from sharestate.log import Finding, Segment
 from sharestate.records.detect import Detection
@@ -51,6 +52,26 @@ def parse_time(text: str) -> int:
     return int(moment.timestamp() * 1000)
 
 
+class LogSource(Protocol):
+    """What replay needs of one topic-partition's log: where it is and its batches in order."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int | None: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dialects(self) -> tuple[str, ...]:
+        """The dialect of each part of the log, in log order."""
+        ...
+
+    def batches(self) -> Iterator[DecodedBatch | Finding]: ...
+
+
 @dataclass
 class PartitionLog:
     """The ordered segments of one topic-partition and how each was read."""
@@ -65,6 +86,10 @@ class PartitionLog:
         if self.partition is not None:
             return f"{self.topic}-{self.partition}"
         return f"{self.topic}:{self.segments[0].path}"
+
+    @property
+    def dialects(self) -> tuple[str, ...]:
+        return tuple(d.dialect for d in self.detections)
 
     def batches(self) -> Iterator[DecodedBatch | Finding]:
         """Every batch (or framing finding) of every segment, in log order."""

@@ -30,7 +30,7 @@ from sharestate.coordinator.share_state import (
 )
 from sharestate.log import BatchHeader, ControlRecord, Finding, RawRecord
 from sharestate.records.catalog import SHARE_STATE_TOPIC, dialect, dialect_names
-from sharestate.replay.logs import END, AsOf, PartitionLog
+from sharestate.replay.logs import END, AsOf, LogSource
 
 History = Callable[[int, int, ShareKey, ShareShard], None]
 """Called after each applied data record: (offset, timestamp, key, shard)."""
@@ -93,7 +93,7 @@ class PruneLedger:
 class ShareLogResult:
     """A replayed state-topic partition: the shard and what the log looked like."""
 
-    log: PartitionLog
+    log: LogSource
     shard: ShareShard
     as_of: AsOf
     last_applied_offset: int | None = None
@@ -108,14 +108,14 @@ class ShareLogResult:
     ledger: PruneLedger = field(default_factory=PruneLedger, repr=False, compare=False)
 
 
-def rules_of(log: PartitionLog, limit: int) -> ShareRules:
+def rules_of(log: LogSource, limit: int) -> ShareRules:
     """Replay rules for a log: those of its newest dialect (an upgraded log ends newest)."""
     newest = dialect_names()
-    used = sorted({d.dialect for d in log.detections}, key=newest.index)
+    used = sorted(set(log.dialects), key=newest.index)
     return rules_for(used[0] if used else newest[0], limit)
 
 
-def replay_share_log(log: PartitionLog, *, as_of: AsOf = END, semantics: str = KAFKA,
+def replay_share_log(log: LogSource, *, as_of: AsOf = END, semantics: str = KAFKA,
                      snapshot_update_records_per_snapshot: int = (
                          DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT),
                      history: History | None = None,
@@ -134,7 +134,7 @@ def replay_share_log(log: PartitionLog, *, as_of: AsOf = END, semantics: str = K
     ledger = result.ledger
     findings = result.findings
     context = shard.native_context() if native.module is not None and history is None else None
-    slots = _native_slots(tuple(d.dialect for d in log.detections)) if context else {}
+    slots = _native_slots(tuple(sorted(set(log.dialects)))) if context else {}
     for item in log.batches():
         if isinstance(item, Finding):
             findings.append(LogFinding(item.offset, item.position, item.kind, item.message))
