@@ -1,0 +1,1 @@
+"""Spark jobs over the sharestate core: session, sources, bronze/silver/gold pipelines."""

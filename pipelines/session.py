@@ -1,0 +1,198 @@
+"""The one way to build a SparkSession for sharestate jobs.
+
+`build_session()` layers settings, each layer overriding the one before it:
+
+1. built-in defaults (`DEFAULTS`, plus `LOCAL_DEFAULTS` when the master is `local[...]`):
+   `local[2]`, 4 shuffle partitions, 2g driver memory, Arrow for PySpark, session time zone
+   UTC, log level WARN, driver bound to 127.0.0.1, Python workers running this interpreter
+   and able to import `pipelines`;
+2. the conf file: `conf/spark-defaults.conf` at the repository root, or the file named by
+   `$SHARESTATE_SPARK_CONF`, or the `conf_file` argument. Spark's own format: one
+   `key value` per line (whitespace or `=` between them), `#` starts a comment;
+3. whatever the JVM was already started with — `spark-submit --conf ...` (the Airflow DAG,
+   ad-hoc runs) or an already active session;
+4. the `conf` argument (`--conf`-style `{"spark.key": "value"}`);
+5. the keyword arguments `master`, `app_name` and `ui=False` (UI and console progress off,
+   as tests want).
+
+It also raises the `py4j` logger to INFO: at DEBUG py4j logs every command sent to the JVM,
+reader options — credentials among them — included.
+
+Delta wiring (`delta=`): `"auto"` adds Delta's SQL extension and catalog when Delta's jars
+are on the classpath (`spark.jars`, `spark.jars.packages`, `$SPARK_HOME/jars`, pyspark's
+`jars/`); `"on"` always adds them (the jars must come from elsewhere); `"pip"` also calls
+`delta.configure_spark_with_delta_pip`, which makes Spark fetch the jars from Maven at
+start-up — only where Maven is reachable; `"off"` never wires Delta. The lake backend is
+chosen later from the running session (`sharestate.lake.open_lake`), or fixed with the
+`spark.sharestate.lake.backend` setting (`auto`, `rs`, `jvm`).
+
+Example::
+
+    spark = build_session("bronze", conf={"spark.sql.shuffle.partitions": "8"})
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pyspark import SparkConf, SparkContext
+from pyspark.sql import SparkSession
+
+DeltaMode = Literal["auto", "on", "off", "pip"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONF_FILE = REPO_ROOT / "conf" / "spark-defaults.conf"
+CONF_FILE_ENV = "SHARESTATE_SPARK_CONF"
+
+DEFAULTS: Mapping[str, str] = {
+    "spark.master": "local[2]",
+    "spark.app.name": "sharestate",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.driver.memory": "2g",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.log.level": "WARN",
+}
+LOCAL_DEFAULTS: Mapping[str, str] = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    # Python workers import `pipelines` (data sources, UDFs) from the repository root.
+    "spark.executorEnv.PYTHONPATH": str(REPO_ROOT),
+}
+NO_UI: Mapping[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+}
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
+_CONF_LINE = re.compile(r"^([^\s=]+)\s*(?:=\s*|\s+)(.*)$")
+
+
+def read_conf_file(path: Path) -> dict[str, str]:
+    """Parse a `spark-defaults.conf`-style file: `key value` lines, `#` comments."""
+    settings: dict[str, str] = {}
+    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _CONF_LINE.match(line)
+        if match is None:
+            raise ValueError(f"{path}:{number}: expected 'key value', got {line!r}")
+        settings[match.group(1)] = match.group(2).strip()
+    return settings
+
+
+def conf_file_path(conf_file: str | Path | None = None) -> Path | None:
+    """The conf file to read: the argument, `$SHARESTATE_SPARK_CONF`, else the repo's if any.
+
+    A file named explicitly (argument or environment) must exist.
+    """
+    named = conf_file if conf_file is not None else os.environ.get(CONF_FILE_ENV)
+    if named:
+        path = Path(named)
+        if not path.is_file():
+            raise FileNotFoundError(f"Spark conf file not found: {path}")
+        return path
+    return DEFAULT_CONF_FILE if DEFAULT_CONF_FILE.is_file() else None
+
+
+def resolve_conf(conf: Mapping[str, str] | None = None, *,
+                 conf_file: str | Path | None = None,
+                 launched: Mapping[str, str] | None = None,
+                 master: str | None = None, app_name: str | None = None,
+                 ui: bool = True) -> dict[str, str]:
+    """The settings `build_session` applies, layered as the module docstring describes.
+
+    `launched` holds the settings of an already running JVM (spark-submit); they win over
+    the defaults and the conf file.
+    """
+    from_file = read_conf_file(path) if (path := conf_file_path(conf_file)) else {}
+    explicit: dict[str, str] = {**(launched or {}), **(conf or {})}
+    if master is not None:
+        explicit["spark.master"] = master
+    if app_name is not None:
+        explicit["spark.app.name"] = app_name
+    if not ui:
+        explicit.update(NO_UI)
+    settings = {**DEFAULTS, **from_file, **explicit}
+    if settings["spark.master"].startswith("local"):
+        settings = {**LOCAL_DEFAULTS, **settings}
+        paths = settings["spark.executorEnv.PYTHONPATH"].split(os.pathsep)
+        if str(REPO_ROOT) not in paths:
+            settings["spark.executorEnv.PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *paths])
+    return settings
+
+
+def delta_jars_present(settings: Mapping[str, str]) -> bool:
+    """Whether Delta's jars will be on the classpath of a JVM started with `settings`."""
+    if "io.delta:delta-spark" in settings.get("spark.jars.packages", ""):
+        return True
+    if any("delta-spark" in Path(jar).name for jar in settings.get("spark.jars", "").split(",")):
+        return True
+    import pyspark
+
+    folders = [Path(pyspark.__file__).parent / "jars"]
+    if spark_home := os.environ.get("SPARK_HOME"):
+        folders.append(Path(spark_home) / "jars")
+    return any(glob.glob(str(folder / "delta-spark_*.jar")) for folder in folders)
+
+
+def with_delta(settings: Mapping[str, str]) -> dict[str, str]:
+    """`settings` plus Delta's SQL extension (kept alongside any others) and catalog."""
+    wired = dict(settings)
+    extensions = [e for e in wired.get("spark.sql.extensions", "").split(",") if e]
+    if DELTA_EXTENSION not in extensions:
+        extensions.append(DELTA_EXTENSION)
+    wired["spark.sql.extensions"] = ",".join(extensions)
+    wired.setdefault("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
+    return wired
+
+
+def _launched_settings() -> dict[str, str] | None:
+    """Settings of a JVM that already runs (spark-submit or an active session), else None."""
+    active = SparkContext._active_spark_context
+    if active is not None:
+        return dict(active.getConf().getAll())
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # started by spark-submit: the JVM exists
+        SparkContext._ensure_initialized()
+        return dict(SparkConf().getAll())
+    return None
+
+
+def build_session(app_name: str | None = None, *, master: str | None = None,
+                  conf: Mapping[str, str] | None = None,
+                  conf_file: str | Path | None = None,
+                  delta: DeltaMode = "auto", ui: bool = True) -> SparkSession:
+    """Build (or join) the SparkSession for a sharestate job; see the module docstring."""
+    launched = _launched_settings()
+    settings = resolve_conf(conf, conf_file=conf_file, launched=launched, master=master,
+                            app_name=app_name, ui=ui)
+    if launched is None:
+        # Before the JVM starts: its Python workers must run this interpreter.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        if settings["spark.master"].startswith("local"):
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    else:
+        settings = {k: v for k, v in settings.items() if launched.get(k) != v}
+    if delta in ("on", "pip") or (delta == "auto" and launched is None
+                                  and delta_jars_present(settings)):
+        settings = with_delta(settings)
+    # py4j logs every command sent to the JVM at DEBUG, option values (credentials) included.
+    if logging.getLogger("py4j").level < logging.INFO:
+        logging.getLogger("py4j").setLevel(logging.INFO)
+    builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    if delta == "pip":
+        from delta import configure_spark_with_delta_pip
+
+        builder = configure_spark_with_delta_pip(builder)
+    return builder.getOrCreate()

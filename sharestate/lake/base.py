@@ -1,0 +1,166 @@
+"""The interface every Delta backend implements, and what it hands back."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from sharestate.lake.partitions import PARTITION_TYPES, PartitionSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+TablePath = str | Path
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One entry of a table's history.
+
+    `metadata` is what the writer passed as `metadata=` (decoded from the commit's
+    `userMetadata`), None when it passed nothing.
+    """
+
+    version: int
+    timestamp_ms: int
+    operation: str
+    parameters: Mapping[str, Any]
+    metadata: Any
+
+
+class Lake(ABC):
+    """Delta tables by path: create, append, overwrite partitions, read, history.
+
+    Writes return the table version they committed. `metadata` (any JSON value, e.g. the
+    input offsets a run covered) is stored with the commit as `commitInfo.userMetadata`
+    and comes back in `history()`.
+    """
+
+    backend: ClassVar[str]
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(backend={self.backend!r})"
+
+    @abstractmethod
+    def exists(self, path: TablePath) -> bool:
+        """Whether a Delta table is at `path`."""
+
+    @abstractmethod
+    def create(self, path: TablePath, schema: StructType | str, *,
+               partition_by: Sequence[str] = (),
+               properties: Mapping[str, str] | None = None) -> int:
+        """Create the table unless it exists; return its version.
+
+        An existing table must have the same columns (name and type, in order) and
+        partition columns, else ValueError. `schema` may be a DDL string.
+        """
+
+    @abstractmethod
+    def append(self, df: DataFrame, path: TablePath, *, metadata: Any = None) -> int:
+        """Append the rows of `df` (columns matched by name) in one commit."""
+
+    @abstractmethod
+    def overwrite(self, df: DataFrame, path: TablePath, *,
+                  partitions: Sequence[PartitionSpec] | None = None,
+                  metadata: Any = None) -> int:
+        """Replace partitions with the rows of `df` in one commit (idempotent).
+
+        `partitions` lists specs such as `{"topic": "t", "partition": 3}`; each names some
+        partition columns and matches every partition with those values, `{}` matches all.
+        Every row of `df` must fall in one of them, else ValueError. None replaces the
+        partitions `df` has rows in. An unpartitioned table is replaced whole.
+        """
+
+    @abstractmethod
+    def read(self, path: TablePath, *, version: int | None = None) -> DataFrame:
+        """The table (at `version`, default latest) as a DataFrame, columns in table order."""
+
+    @abstractmethod
+    def version(self, path: TablePath) -> int:
+        """The latest version."""
+
+    @abstractmethod
+    def history(self, path: TablePath, limit: int | None = None) -> list[Commit]:
+        """Commits, newest first."""
+
+    @abstractmethod
+    def schema(self, path: TablePath) -> StructType:
+        """The table's Spark schema."""
+
+    @abstractmethod
+    def partition_columns(self, path: TablePath) -> list[str]:
+        """The partition columns, in order."""
+
+    @abstractmethod
+    def properties(self, path: TablePath) -> dict[str, str]:
+        """The table properties (`delta.*` ones and custom ones)."""
+
+
+def parse_schema(spark: SparkSession, schema: StructType | str) -> StructType:
+    """`schema`, parsing a DDL string with Spark."""
+    if isinstance(schema, str):
+        parsed: StructType = spark.createDataFrame([], schema).schema
+        return parsed
+    return schema
+
+
+def check_partition_columns(schema: StructType, partition_by: Sequence[str]) -> None:
+    """Partition columns must exist and have a type listed in `PARTITION_TYPES`."""
+    types = {field.name: field.dataType.typeName() for field in schema.fields}
+    for column in partition_by:
+        if column not in types:
+            raise ValueError(f"partition column {column!r} is not a column of the schema")
+        if types[column] not in PARTITION_TYPES:
+            raise ValueError(f"partition column {column!r} has type {types[column]}; "
+                             f"allowed: {', '.join(sorted(PARTITION_TYPES))}")
+
+
+def check_same_table(path: TablePath, existing: StructType, existing_partitions: Sequence[str],
+                     schema: StructType, partition_by: Sequence[str]) -> None:
+    """An existing table must match what `create` was asked for."""
+    def columns(struct: StructType) -> list[tuple[str, str]]:
+        return [(field.name, field.dataType.simpleString()) for field in struct.fields]
+
+    if columns(existing) != columns(schema) or list(existing_partitions) != list(partition_by):
+        raise ValueError(f"a different table already exists at {path}: columns "
+                         f"{columns(existing)} partitioned by {list(existing_partitions)}")
+
+
+def conform(df: DataFrame, schema: StructType) -> DataFrame:
+    """`df`'s columns in table order; names and types must match the table's."""
+    wanted = {field.name: field.dataType for field in schema.fields}
+    given = {field.name: field.dataType for field in df.schema.fields}
+    missing = sorted(set(wanted) - set(given))
+    extra = sorted(set(given) - set(wanted))
+    wrong = sorted(f"{name} is {given[name].simpleString()}, table has "
+                   f"{wanted[name].simpleString()}"
+                   for name in set(wanted) & set(given)
+                   if given[name].simpleString() != wanted[name].simpleString())
+    if missing or extra or wrong:
+        problems = ([f"missing columns {missing}"] if missing else []) \
+            + ([f"unknown columns {extra}"] if extra else []) + wrong
+        raise ValueError("data does not match the table: " + "; ".join(problems))
+    return df.select(*schema.names)
+
+
+def metadata_json(metadata: Any) -> str | None:
+    """`metadata` as the commit's `userMetadata` string (None when there is none)."""
+    return None if metadata is None else json.dumps(metadata, sort_keys=True)
+
+
+def parse_metadata(user_metadata: str | None) -> Any:
+    """The value `metadata_json` stored; a string that is not JSON comes back as is."""
+    if user_metadata is None:
+        return None
+    try:
+        return json.loads(user_metadata)
+    except ValueError:
+        return user_metadata

@@ -1,0 +1,43 @@
+"""Every Delta table under a warehouse folder as a Spark temp view (for `sharestate sql`)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sharestate.lake.select import open_lake
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def find_tables(warehouse: str | Path) -> dict[str, Path]:
+    """Delta tables under `warehouse` by view name: their relative path joined with '_'.
+
+    `warehouse/log_records` is `log_records`, `warehouse/gold/redelivery` is
+    `gold_redelivery`; characters other than letters, digits and '_' become '_'. Folders
+    inside a table are not searched.
+    """
+    root = Path(warehouse)
+    tables: dict[str, Path] = {}
+    for folder, children, _files in os.walk(root):
+        here = Path(folder)
+        if (here / "_delta_log").is_dir():
+            name = re.sub(r"\W", "_", "_".join(here.relative_to(root).parts) or here.name)
+            tables[name] = here
+            children.clear()
+        else:
+            children[:] = sorted(c for c in children if not c.startswith((".", "_")))
+    return dict(sorted(tables.items()))
+
+
+def register_views(spark: SparkSession, warehouse: str | Path,
+                   backend: str | None = None) -> list[str]:
+    """Register each table of `warehouse` as a temp view; return the view names, sorted."""
+    lake = open_lake(spark, backend)
+    tables = find_tables(warehouse)
+    for name, path in tables.items():
+        lake.read(path).createOrReplaceTempView(name)
+    return list(tables)

@@ -1,0 +1,50 @@
+"""Inputs other than segment files: the live Kafka source's planning and reading.
+
+Pure Python over confluent-kafka (no Spark): `parse_options` turns reader options into
+`KafkaReadOptions` (credentials held as `Secret`s), `plan_read` resolves them into offset
+ranges per topic-partition from the cluster's watermarks, and `read_range` reads one range
+into Arrow batches of the raw schema `RAW_SCHEMA`. `pipelines.kafka_source` wraps these as
+the Spark data source `sharestate_kafka`.
+"""
+
+from sharestate.sources.kafka_options import (
+    ENV_PREFIX,
+    SENSITIVE,
+    KafkaOptionError,
+    KafkaReadOptions,
+    Secret,
+    env_name,
+    parse_options,
+)
+from sharestate.sources.kafka_plan import (
+    CONSUMER_VISIBILITY,
+    EARLIEST,
+    LATEST,
+    KafkaPlan,
+    KafkaSourceError,
+    OffsetRange,
+    plan_read,
+    resolve_ranges,
+)
+from sharestate.sources.kafka_read import RAW_DDL, RAW_SCHEMA, read_range
+
+__all__ = [
+    "CONSUMER_VISIBILITY",
+    "EARLIEST",
+    "ENV_PREFIX",
+    "LATEST",
+    "RAW_DDL",
+    "RAW_SCHEMA",
+    "SENSITIVE",
+    "KafkaOptionError",
+    "KafkaPlan",
+    "KafkaReadOptions",
+    "KafkaSourceError",
+    "OffsetRange",
+    "Secret",
+    "env_name",
+    "parse_options",
+    "plan_read",
+    "read_range",
+    "resolve_ranges",
+]

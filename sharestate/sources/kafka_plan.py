@@ -1,0 +1,158 @@
+"""Planning a live read: offset ranges per topic-partition, from the brokers' watermarks.
+
+`plan_read` asks the cluster (one consumer, no group membership) for each partition's low
+and high watermark — with `read_committed` the high one is the last stable offset — and
+resolves `startingOffsets`/`endingOffsets` against them. A requested start before the low
+watermark (records already deleted) or an end past the high one is an error, never a silent
+clamp. `KafkaPlan.splits` cuts the ranges into pieces of at most `maxOffsetsPerSplit`
+offsets, one Spark partition each. A pipeline plans on the driver, passes
+`plan.offsets_options()` to the Spark source so it reads exactly those ranges, and stores
+`plan.metadata()` with its commit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from sharestate.sources.kafka_options import KafkaOptionError, KafkaReadOptions
+
+EARLIEST = -2
+LATEST = -1
+CONSUMER_VISIBILITY = (
+    "read through the Kafka consumer API: control batches (transaction COMMIT/ABORT markers) "
+    "and record batch headers (producer id/epoch, sequence, batch offsets, compression, CRC) "
+    "are invisible; offsets taken by control records are gaps")
+"""What the live source cannot see, stated in every plan's metadata."""
+
+
+class KafkaSourceError(RuntimeError):
+    """The cluster could not be read; the message never holds credentials."""
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """Offsets `[start, end)` of one topic-partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    def split(self, size: int) -> Iterator[OffsetRange]:
+        """Consecutive pieces of at most `size` offsets."""
+        for start in range(self.start, self.end, size):
+            yield OffsetRange(self.topic, self.partition, start, min(start + size, self.end))
+
+
+@dataclass(frozen=True)
+class KafkaPlan:
+    """The ranges of one read, every partition of the topics included (empty ones too)."""
+
+    options: KafkaReadOptions
+    ranges: tuple[OffsetRange, ...]
+
+    @property
+    def splits(self) -> list[OffsetRange]:
+        """Non-empty pieces of at most `maxOffsetsPerSplit` offsets."""
+        size = self.options.max_offsets_per_split
+        return [piece for r in self.ranges for piece in r.split(size)]
+
+    def offsets_options(self) -> dict[str, str]:
+        """`startingOffsets`/`endingOffsets` options that make the source read these ranges."""
+        def spec(attribute: str) -> str:
+            nested: dict[str, dict[str, int]] = {}
+            for r in self.ranges:
+                nested.setdefault(r.topic, {})[str(r.partition)] = getattr(r, attribute)
+            return json.dumps(nested, sort_keys=True)
+
+        return {"startingOffsets": spec("start"), "endingOffsets": spec("end")}
+
+    def metadata(self) -> dict[str, Any]:
+        """What the run covered, for the commit's metadata (credentials redacted)."""
+        return {"source": "kafka", "options": self.options.describe(),
+                "isolation.level": self.options.isolation_level,
+                "visibility": CONSUMER_VISIBILITY,
+                "ranges": [{"topic": r.topic, "partition": r.partition, "start": r.start,
+                            "end": r.end} for r in self.ranges]}
+
+
+def parse_offsets(spec: str, name: str) -> dict[str, dict[int, int]] | int:
+    """`earliest`/`latest` as EARLIEST/LATEST, or a JSON {topic: {partition: offset}}."""
+    word = spec.strip().lower()
+    if word in ("earliest", "latest"):
+        return EARLIEST if word == "earliest" else LATEST
+    try:
+        parsed = json.loads(spec)
+        return {str(topic): {int(p): int(o) for p, o in partitions.items()}
+                for topic, partitions in parsed.items()}
+    except (ValueError, TypeError, AttributeError):
+        raise KafkaOptionError(f"option {name} must be earliest, latest or JSON like "
+                               f'{{"topic": {{"0": 1000}}}}; got {spec!r}') from None
+
+
+def resolve_ranges(watermarks: Mapping[tuple[str, int], tuple[int, int]],
+                   starting: dict[str, dict[int, int]] | int,
+                   ending: dict[str, dict[int, int]] | int) -> list[OffsetRange]:
+    """Ranges for each `(topic, partition)` of `watermarks`, checked against them."""
+    topics = {topic for topic, _ in watermarks}
+    for name, spec in (("startingOffsets", starting), ("endingOffsets", ending)):
+        if isinstance(spec, dict) and (unknown := sorted(set(spec) - topics)):
+            raise KafkaOptionError(f"{name} names topics that are not read: {unknown}")
+
+    def pick(spec: dict[str, dict[int, int]] | int, topic: str, partition: int,
+             default: int, low: int, high: int) -> int:
+        wanted = spec.get(topic, {}).get(partition, default) if isinstance(spec, dict) \
+            else spec
+        return low if wanted == EARLIEST else high if wanted == LATEST else wanted
+
+    ranges = []
+    for (topic, partition), (low, high) in sorted(watermarks.items()):
+        start = pick(starting, topic, partition, EARLIEST, low, high)
+        end = pick(ending, topic, partition, LATEST, low, high)
+        where = f"{topic}-{partition}"
+        if start < low:
+            raise KafkaOptionError(f"start offset {start} of {where} is before its log start "
+                                   f"offset {low}: those records are gone")
+        if end > high:
+            raise KafkaOptionError(f"end offset {end} of {where} is past its end offset {high}")
+        if end < start:
+            raise KafkaOptionError(f"end offset {end} of {where} is before its start {start}")
+        ranges.append(OffsetRange(topic, partition, start, end))
+    return ranges
+
+
+def fetch_watermarks(options: KafkaReadOptions) -> dict[tuple[str, int], tuple[int, int]]:
+    """(low, high) watermarks of every partition of the topics read."""
+    try:
+        consumer = Consumer(options.client_config("sharestate-planner"))
+    except KafkaException as exc:
+        raise KafkaSourceError(options.redact(f"cannot create a Kafka client: {exc}")) from None
+    timeout = options.timeout_ms / 1000
+    try:
+        watermarks = {}
+        for topic in options.topics:
+            metadata = consumer.list_topics(topic, timeout=timeout).topics[topic]
+            if metadata.error is not None:
+                raise KafkaSourceError(options.redact(f"topic {topic}: {metadata.error}"))
+            for partition in sorted(metadata.partitions):
+                watermarks[(topic, partition)] = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=timeout, cached=False)
+        return watermarks
+    except KafkaException as exc:
+        raise KafkaSourceError(options.redact(
+            f"cannot read watermarks from {options.bootstrap_servers}: {exc}")) from None
+    finally:
+        consumer.close()
+
+
+def plan_read(options: KafkaReadOptions) -> KafkaPlan:
+    """Plan the ranges `options` ask for, against the cluster's current watermarks."""
+    starting = parse_offsets(options.starting_offsets, "startingOffsets")
+    ending = parse_offsets(options.ending_offsets, "endingOffsets")
+    return KafkaPlan(options, tuple(resolve_ranges(fetch_watermarks(options), starting,
+                                                   ending)))

@@ -1,0 +1,125 @@
+"""The SparkSession builder: layered settings, conf file, Delta wiring, a real session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+
+from pipelines.session import (
+    CONF_FILE_ENV,
+    DEFAULT_CONF_FILE,
+    DELTA_CATALOG,
+    DELTA_EXTENSION,
+    REPO_ROOT,
+    build_session,
+    conf_file_path,
+    delta_jars_present,
+    read_conf_file,
+    resolve_conf,
+    with_delta,
+)
+
+
+@pytest.fixture
+def conf_file(tmp_path: Path) -> Path:
+    path = tmp_path / "spark-defaults.conf"
+    path.write_text("# comment\n\nspark.sql.shuffle.partitions   3\n"
+                    "spark.driver.memory=1g\nspark.app.name  from-file\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    conf = tmp_path_factory.mktemp("conf") / "spark-defaults.conf"
+    conf.write_text("spark.sql.shuffle.partitions 3\nspark.sharestate.lake.backend rs\n")
+    session = build_session("test-session", conf_file=conf, ui=False,
+                            conf={"spark.sql.shuffle.partitions": "5"})
+    yield session
+    session.stop()
+
+
+def test_conf_file_format(conf_file: Path, tmp_path: Path) -> None:
+    assert read_conf_file(conf_file) == {"spark.sql.shuffle.partitions": "3",
+                                         "spark.driver.memory": "1g",
+                                         "spark.app.name": "from-file"}
+    bad = tmp_path / "bad.conf"
+    bad.write_text("lonely-key\n")
+    with pytest.raises(ValueError, match=r"bad.conf:1: expected 'key value'"):
+        read_conf_file(bad)
+
+
+def test_conf_file_lookup(conf_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CONF_FILE_ENV, raising=False)
+    assert conf_file_path() == (DEFAULT_CONF_FILE if DEFAULT_CONF_FILE.is_file() else None)
+    monkeypatch.setenv(CONF_FILE_ENV, str(conf_file))
+    assert conf_file_path() == conf_file
+    with pytest.raises(FileNotFoundError):
+        conf_file_path(conf_file.with_name("missing.conf"))
+
+
+def test_settings_are_layered(conf_file: Path) -> None:
+    settings = resolve_conf(conf_file=conf_file)
+    assert settings["spark.master"] == "local[2]"
+    assert settings["spark.sql.session.timeZone"] == "UTC"
+    assert settings["spark.sql.execution.arrow.pyspark.enabled"] == "true"
+    assert settings["spark.sql.shuffle.partitions"] == "3"  # file over defaults
+    assert settings["spark.driver.host"] == "127.0.0.1"  # local master
+    assert settings["spark.executorEnv.PYTHONPATH"] == str(REPO_ROOT)
+    assert "spark.ui.enabled" not in settings
+    layered = resolve_conf({"spark.driver.memory": "3g"}, conf_file=conf_file,
+                           launched={"spark.sql.shuffle.partitions": "7",
+                                     "spark.driver.memory": "5g"},
+                           app_name="job", ui=False)
+    assert layered["spark.sql.shuffle.partitions"] == "7"  # spark-submit over file
+    assert layered["spark.driver.memory"] == "3g"  # explicit conf over spark-submit
+    assert layered["spark.app.name"] == "job" and layered["spark.ui.enabled"] == "false"
+    remote = resolve_conf(conf_file=conf_file, master="yarn",
+                          conf={"spark.executorEnv.PYTHONPATH": "/x"})
+    assert "spark.driver.host" not in remote and remote["spark.executorEnv.PYTHONPATH"] == "/x"
+    local = resolve_conf(conf_file=conf_file, conf={"spark.executorEnv.PYTHONPATH": "/x"})
+    assert local["spark.executorEnv.PYTHONPATH"] == os.pathsep.join([str(REPO_ROOT), "/x"])
+
+
+def test_delta_wiring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    assert delta_jars_present({"spark.jars.packages": "io.delta:delta-spark_2.13:4.0.0"})
+    assert delta_jars_present({"spark.jars": "/opt/a.jar,/opt/delta-spark_2.13-4.0.0.jar"})
+    (tmp_path / "jars").mkdir()
+    (tmp_path / "jars" / "delta-spark_2.13-4.0.0.jar").touch()
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path))
+    assert delta_jars_present({})
+    wired = with_delta({"spark.sql.extensions": "com.example.Ext"})
+    assert wired["spark.sql.extensions"] == f"com.example.Ext,{DELTA_EXTENSION}"
+    assert wired["spark.sql.catalog.spark_catalog"] == DELTA_CATALOG
+    assert with_delta(wired) == wired
+
+
+def test_built_session(spark: SparkSession) -> None:
+    conf = spark.conf
+    assert conf.get("spark.sql.session.timeZone") == "UTC"
+    assert conf.get("spark.sql.shuffle.partitions") == "5"
+    assert conf.get("spark.sql.execution.arrow.pyspark.enabled") == "true"
+    assert conf.get("spark.sharestate.lake.backend") == "rs"
+    assert conf.get("spark.app.name") == "test-session"
+    assert conf.get("spark.ui.enabled") == "false"
+    assert spark.sparkContext.master == "local[2]"
+    assert DELTA_EXTENSION not in (conf.get("spark.sql.extensions", "") or "")
+
+    def probe(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import sys
+
+        import pipelines.session
+
+        for _ in batches:
+            pass
+        yield pa.RecordBatch.from_pydict({"python": [sys.executable],
+                                          "pipelines": [pipelines.session.__file__]})
+
+    row = spark.range(1).mapInArrow(probe, "python string, pipelines string").collect()[0]
+    assert Path(row.pipelines).parent == REPO_ROOT / "pipelines"
+    assert Path(row.python).resolve() == Path(os.environ["PYSPARK_PYTHON"]).resolve()
