@@ -16,7 +16,8 @@ from typing import IO, Any, NoReturn
 from sharestate.coordinator.expiry import DEFAULT_RETENTION_MINUTES, forecast_expiry
 from sharestate.coordinator.shard import KAFKA, SEMANTICS
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
-from sharestate.log import SourceError, discover
+from sharestate.log import COMPRESSION_NAMES, SourceError, discover
+from sharestate.persister import SimulationConfig, simulate
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC, dialect_names
 from sharestate.records.segment import decode_segment, detect_segment, record_json
 from sharestate.replay.group_log import replay_group_log
@@ -177,6 +178,65 @@ def cmd_offsets(args: argparse.Namespace) -> int:
     return _report([(r.log.name, f) for r in results for f in r.findings], 0)
 
 
+def _count(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
+    return number
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """Simulate share groups driving the share coordinator; write both topics' segments."""
+    config = SimulationConfig(
+        records=args.records, seed=args.seed, groups=args.groups, topics=args.topics,
+        partitions=args.partitions, state_partitions=args.state_partitions,
+        offsets_partitions=args.offsets_partitions, codec=args.codec,
+        batch_records=args.batch_records, linger_ms=args.linger_ms,
+        snapshot_limit=args.snapshot_limit, cold_interval_ms=args.cold_interval_ms,
+        dialect=args.dialect, orphaned_state=args.orphaned_state,
+        stuck_deleting=args.stuck_deleting)
+    try:
+        result = simulate(config, args.out)
+    except (ValueError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+    print(result.summary_line())
+    return EXIT_OK
+
+
+def _add_simulate(sub: Any) -> None:
+    defaults = SimulationConfig()
+    command = sub.add_parser("simulate", help="write a simulated share-group workload",
+                             description=cmd_simulate.__doc__)
+    command.add_argument("--out", required=True, help="log.dirs root to write into")
+    command.add_argument("--records", type=_count, required=True,
+                         help="__share_group_state records to write (at least)")
+    command.add_argument("--seed", type=int, default=defaults.seed)
+    for flag, help_text in (("groups", "share groups"), ("topics", "user topics"),
+                            ("partitions", "partitions per user topic"),
+                            ("state-partitions", "__share_group_state partitions"),
+                            ("offsets-partitions", "__consumer_offsets partitions"),
+                            ("batch-records", "most records per batch")):
+        command.add_argument(f"--{flag}", type=_count,
+                             default=getattr(defaults, flag.replace("-", "_")),
+                             help=f"{help_text} (default %(default)s)")
+    command.add_argument("--codec", choices=COMPRESSION_NAMES, default=defaults.codec)
+    command.add_argument("--linger-ms", type=int, default=defaults.linger_ms,
+                         help="close a batch after this long (default %(default)s)")
+    command.add_argument("--snapshot-limit", type=int, default=defaults.snapshot_limit,
+                         help="share.coordinator.snapshot.update.records.per.snapshot")
+    command.add_argument("--cold-interval-ms", type=_count, default=defaults.cold_interval_ms,
+                         help="share.coordinator.cold.partition.snapshot.interval.ms")
+    command.add_argument("--dialect", choices=["4.1", "4.0"], default=defaults.dialect)
+    command.add_argument("--orphaned-state", action="store_true",
+                         help="keep one group's share-partitions of a topic out of its metadata")
+    command.add_argument("--stuck-deleting", action="store_true",
+                         help="leave one topic in a group's deleting list with its state")
+    command.set_defaults(func=cmd_simulate)
+
+
 def _add_sources(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", nargs="+",
                         help="segment file (.log or .log.gz), partition directory or log.dirs root")
@@ -226,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  default=DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT,
                                  help="share.coordinator.snapshot.update.records.per.snapshot")
         command.set_defaults(func=func)
+    _add_simulate(sub)
     return parser
 
 
