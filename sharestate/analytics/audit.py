@@ -18,7 +18,9 @@ Rules, severity, and what feeds them:
 - `log_finding_rows` (framing, CRC, decompression, undecodable records of either topic):
   `decode_error`, error.
 - `cross_topic_rows` (share groups' metadata against the keys with state, `share_checks`):
-  `orphaned_state`, `initialized_without_state`, `stuck_deleting`, all warnings.
+  `orphaned_state`, `initialized_without_state`, `stuck_deleting`, all warnings (an
+  orphan whose group has no share metadata at all is info: its `__consumer_offsets`
+  partition may just not be in the input).
 
 `ShareAuditor` sees each applied share-state record in log order: offset, timestamp, record
 type and the decoded value, from a segment walk (`batch`) or from `share_state_records` rows
@@ -419,9 +421,13 @@ def cross_topic_rows(metadata: Mapping[str, SharePartitionMetadata],
     """
     for orphan in orphaned_state(metadata, state_keys):
         key = ShareKey(*orphan.key)
+        # A group with no share metadata at all: its offsets partition may simply not be in
+        # the input, so this is worth knowing, not a defect.
+        unknown = orphan.reason.value == "no_share_partition_metadata"
         yield finding_row(
             "orphaned_state",
             f"state without a place in the group's share metadata ({orphan.reason.value})",
+            severity=INFO if unknown else None,
             topic=SHARE_STATE_TOPIC, partition=state_keys.get(key), group_id=key.group_id,
             topic_id=key.topic_id, share_partition=key.partition,
             detail={"reason": orphan.reason.value})

@@ -9,13 +9,14 @@ of the replay's stop point). Both are columnar: the state batches go through
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute
 
-from sharestate.coordinator.share_state import ShareKey
+from sharestate.analytics.context import StateContext
+from sharestate.coordinator.share_state import ShareKey, SharePartitionState, StateBatch
 from sharestate.replay.share_log import HistoryEntry, ShareLogResult
 from sharestate.replay.views import has_delivery_complete_count
 from sharestate.tables.columns import state_batches_array, transpose
@@ -111,3 +112,26 @@ def state_batch(result: ShareLogResult, state_partition: int) -> pa.RecordBatch:
     }
     return pa.RecordBatch.from_pydict(columns, schema=table("share_partition_state")
                                       .arrow_schema())
+
+
+def states_from_rows(rows: pa.RecordBatch
+                     ) -> Iterator[tuple[StateContext, list[tuple[ShareKey, SharePartitionState]]]]:
+    """`share_partition_state` rows back as (context, [(key, state)]) per state partition."""
+    data = rows.to_pylist()
+    by_partition: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for row in data:
+        by_partition.setdefault((row["state_topic"], row["state_partition"]), []).append(row)
+    for (topic, partition), group in by_partition.items():
+        first = group[0]
+        context = StateContext(topic, partition, first["as_of_offset"], first["as_of_timestamp"])
+        yield context, [(ShareKey(r["group_id"], r["topic_id"], r["partition"]),
+                         SharePartitionState(
+                             r["snapshot_epoch"], r["state_epoch"], r["leader_epoch"],
+                             r["start_offset"],
+                             -1 if r["delivery_complete_count"] is None
+                             else r["delivery_complete_count"],
+                             r["create_timestamp"], r["write_timestamp"],
+                             tuple(StateBatch(b["first_offset"], b["last_offset"],
+                                              b["delivery_state"], b["delivery_count"])
+                                   for b in r["state_batches"] or ())))
+                        for r in group]

@@ -9,14 +9,14 @@ table. The job then splits the staging rows by `gold_table`.
 - `__share_group_state` partitions give `share_partition_state_history` (streamed while the
   replay runs), `share_partition_state`, `share_group_lag`, `redelivery`,
   `prune_recommendations` and the per-record `audit_findings`.
-- `__consumer_offsets` partitions give `consumer_group_offsets`, their `audit_findings`
-  (aborted transactions, decode errors), and one `group_metadata` row per partition: the
-  pickled share-group metadata (`metadata_blob`) the cross-topic audits and topic names need.
+- `__consumer_offsets` partitions give `consumer_group_offsets`, `share_group_partitions`
+  (the share groups' state-partition metadata the cross-topic audits and topic names need)
+  and their `audit_findings` (aborted transactions). Records that did not decode are in
+  `decode_errors` already; the analytics job turns those into `decode_error` findings.
 """
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -24,18 +24,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from sharestate.analytics.audit import (
-    ShareAuditor,
-    TransactionAuditor,
-    log_finding_rows,
-    shard_finding_rows,
-)
+from sharestate.analytics.audit import ShareAuditor, TransactionAuditor, shard_finding_rows
 from sharestate.analytics.context import StateContext, live_states
 from sharestate.analytics.lag import FILE, lag_rows
 from sharestate.analytics.offsets import OffsetHistory
 from sharestate.analytics.prune import prune_recommendation
 from sharestate.analytics.redelivery import redelivery_rows
-from sharestate.coordinator.group_metadata import SharePartitionMetadata
 from sharestate.coordinator.shard import KAFKA
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
 from sharestate.log import Finding
@@ -46,17 +40,17 @@ from sharestate.replay.logs import END, AsOf
 from sharestate.replay.share_log import HistoryEntry, ShareReplay
 from sharestate.tables.arrow_log import ArrowLog
 from sharestate.tables.gold import history_batch, state_batch
+from sharestate.tables.metadata import metadata_rows
 from sharestate.tables.spec import table
 
 SHARE_GOLD = ("share_partition_state_history", "share_partition_state", "share_group_lag",
               "redelivery", "prune_recommendations", "audit_findings")
-GROUP_GOLD = ("consumer_group_offsets", "audit_findings")
-GROUP_METADATA = "group_metadata"
+GROUP_GOLD = ("consumer_group_offsets", "share_group_partitions", "audit_findings")
 HISTORY_ROWS = 65_536
 
 
 def staging_schema() -> pa.Schema:
-    """The union of the gold tables' columns (all nullable), `metadata_blob`, `gold_table`."""
+    """The union of the gold tables' columns (all nullable) and `gold_table`."""
     fields: dict[str, pa.Field] = {}
     for name in dict.fromkeys(SHARE_GOLD + GROUP_GOLD):
         for f in table(name).arrow_schema():
@@ -64,8 +58,7 @@ def staging_schema() -> pa.Schema:
             if known is not None and known.type != f.type:
                 raise TypeError(f"column {f.name} differs in type across gold tables")
             fields[f.name] = f.with_nullable(True)
-    return pa.schema([*fields.values(), pa.field("metadata_blob", pa.binary()),
-                      pa.field("gold_table", pa.string(), nullable=False)])
+    return pa.schema([*fields.values(), pa.field("gold_table", pa.string(), nullable=False)])
 
 
 STAGING = staging_schema()
@@ -181,8 +174,7 @@ def share_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator
             live_states(result.shard), context, delivery_limit=options.delivery_limit)))
         yield staged("prune_recommendations", [prune_recommendation(result)])
         yield staged("audit_findings", [
-            *auditor.drain(), *shard_finding_rows(result.shard.findings, partition),
-            *log_finding_rows(result.findings, SHARE_STATE_TOPIC, partition)])
+            *auditor.drain(), *shard_finding_rows(result.shard.findings, partition)])
 
 
 def group_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator[pa.RecordBatch]:
@@ -198,19 +190,6 @@ def group_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator
         offsets_rows = history.drain() + history.finish(
             coordinator.offsets, coordinator.groups.groups, options.retention_minutes)
         yield staged("consumer_group_offsets", offsets_rows)
-        yield staged("audit_findings", [
-            *auditor.drain(),
-            *log_finding_rows(result.findings, CONSUMER_OFFSETS_TOPIC, partition)])
-        metadata = pickle.dumps(dict(coordinator.groups.share_partitions))
-        yield pa.RecordBatch.from_arrays(
-            [pa.array([metadata], pa.binary()) if f.name == "metadata_blob"
-             else pa.array([GROUP_METADATA], pa.string()) if f.name == "gold_table"
-             else pa.nulls(1, f.type) for f in STAGING], schema=STAGING)
-
-
-def share_metadata(blobs: Iterable[bytes]) -> dict[str, SharePartitionMetadata]:
-    """The share-group metadata of every offsets partition, merged (groups are disjoint)."""
-    merged: dict[str, SharePartitionMetadata] = {}
-    for blob in blobs:
-        merged.update(pickle.loads(blob))  # written by group_gold above
-    return merged
+        yield staged("audit_findings", auditor.drain())
+        yield staged("share_group_partitions",
+                     metadata_rows(coordinator.groups.share_partitions, partition))

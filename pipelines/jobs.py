@@ -1,0 +1,364 @@
+"""The four jobs of the main pipeline, each a thin Spark wrapper around the core.
+
+- `ingest`: segment files (split by file, on executors) or a live cluster -> bronze
+  `log_records` + `decode_errors`; the run is recorded in `ingest_runs`.
+- `decode`: bronze -> silver `share_state_records` + `group_records`.
+- `replay`: bronze, per internal-topic partition in offset order -> the replayed gold
+  tables (`share_partition_state_history`, `share_partition_state`,
+  `prune_recommendations`, `consumer_group_offsets`, `share_group_partitions`) and the
+  log-derived `audit_findings`.
+- `analytics`: gold state -> `share_group_lag`, `redelivery` and the cross-topic
+  `audit_findings` (orphaned, uninitialised, stuck-deleting share-partitions), plus one
+  `decode_error` finding per `decode_errors` row.
+
+Idempotence: ingest and decode replace the (topic, partition, segment) partitions they
+read; replay and analytics recompute their tables (replay from the log start, as Kafka's
+loader does) and replace them, and `audit_findings` partitions of the rules each job owns.
+Executor functions live in `sharestate.tables`; these functions only plan and write.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sharestate.analytics.audit import cross_topic_rows
+from sharestate.analytics.lag import FILE, lag_rows
+from sharestate.analytics.redelivery import redelivery_rows
+from sharestate.coordinator.share_state import ShareKey
+from sharestate.lake import Lake, open_lake
+from sharestate.log import discover
+from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
+from sharestate.tables import bronze as bronze_rows
+from sharestate.tables import gold_replay
+from sharestate.tables.gold import states_from_rows
+from sharestate.tables.metadata import metadata_from_rows
+from sharestate.tables.silver import group_rows, share_state_rows
+from sharestate.tables.spec import table, table_names
+
+REPLAY_RULES = ("epoch_regression", "spso_regression", "state_epoch_bump",
+                "deletion", "snapshot_epoch_gap", "update_tombstone", "aborted_transaction",
+                "invalid_state_batch", "unknown_record_type", "snapshot_tombstone_replay_failed",
+                "pending_discarded")
+"""The `audit_findings` rules the replay job owns (it replaces their partitions)."""
+ANALYTICS_RULES = ("orphaned_state", "initialized_without_state", "stuck_deleting",
+                   "decode_error")
+"""The `audit_findings` rules the analytics job owns."""
+
+
+@dataclass
+class Warehouse:
+    """Where the tables live: one Delta table per folder under `root`."""
+
+    root: Path
+
+    def path(self, name: str) -> str:
+        return str(self.root / name)
+
+    def create_all(self, lake: Lake) -> None:
+        """Create every documented table that does not exist yet."""
+        for name in table_names():
+            spec = table(name)
+            lake.create(self.path(name), spec.ddl(), partition_by=list(spec.partition_by),
+                        properties={"sharestate.layer": spec.layer,
+                                    "sharestate.grain": spec.grain,
+                                    "sharestate.cluster_by": ",".join(spec.cluster_by)})
+
+
+@dataclass
+class RunReport:
+    """What a job did, for the run summary and the exit status."""
+
+    job: str
+    run_id: str
+    rows: dict[str, int] = field(default_factory=dict)
+    findings: int = 0
+    seconds: float = 0.0
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
+
+
+def _spark_schema(spark: SparkSession, schema: pa.Schema) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
+
+
+# -- ingest ------------------------------------------------------------------------------
+
+
+def _ingest_task(batches: Iterator[pa.RecordBatch], run_id: str) -> Iterator[pa.RecordBatch]:
+    """Executor side of `ingest`: read each assigned split."""
+    import gc
+
+    from sharestate.log import segment_of
+
+    gc.set_threshold(100_000, 50, 100)
+    for batch in batches:
+        for row in batch.to_pylist():
+            segment = segment_of(Path(row["path"]))
+            split = bronze_rows.Split(segment, row["start"], row["end"])
+            yield from bronze_rows.read_split(split, run_id)
+
+
+def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
+           run_id: str, full: bool = False) -> RunReport:
+    """Segment files -> `log_records`, `decode_errors`, `ingest_runs`."""
+    started = time.monotonic()
+    lake = open_lake(spark)
+    warehouse.create_all(lake)
+    segments = discover(sources)
+    seen = _ingested(spark, lake, warehouse) if not full else {}
+    todo = []
+    for segment in segments:
+        stat = segment.path.stat()
+        if seen.get(str(segment.path)) != (stat.st_size, int(stat.st_mtime * 1000)):
+            todo.append((str(segment.path), 0, None, stat.st_size, int(stat.st_mtime * 1000)))
+    report = RunReport("ingest", run_id)
+    if not todo:
+        report.seconds = time.monotonic() - started
+        return report
+    splits = spark.createDataFrame(
+        todo, "path string, start bigint, end bigint, bytes bigint, modified_ms bigint")
+    splits = splits.repartition(min(len(todo), spark.sparkContext.defaultParallelism * 4))
+    staging = splits.select("path", "start", "end").mapInArrow(
+        partial(_ingest_task, run_id=run_id), _spark_schema(spark, bronze_rows.STAGING))
+    staging = staging.persist()
+    try:
+        covered = [row.asDict() for row in staging.groupBy("source", "topic", "partition",
+                                                            "segment").agg(
+            F.min("offset").alias("first_offset"), F.max("offset").alias("last_offset"),
+            F.sum(F.when(F.col("row_kind") == "record", 1).otherwise(0)).alias("records"),
+            F.sum(F.when(F.col("finding_kind").isNotNull(), 1).otherwise(0)).alias(
+                "findings")).collect()]
+        specs = [{"topic": c["topic"], "partition": c["partition"], "segment": c["segment"]}
+                 for c in covered]
+        metadata = {"run": run_id, "inputs": covered}
+        records = staging.where(F.col("row_kind") == "record").select(
+            *table("log_records").names)
+        lake.overwrite(_conform(records, "log_records"), warehouse.path("log_records"),
+                       partitions=specs, metadata=metadata)
+        errors = staging.where(F.col("finding_kind").isNotNull()).select(
+            "source", "topic", "partition", "segment", "offset", "position",
+            F.col("finding_kind").alias("kind"), F.col("finding_message").alias("message"),
+            "raw", "raw_length", "ingest_run")
+        lake.overwrite(_conform(errors, "decode_errors"), warehouse.path("decode_errors"),
+                       partitions=specs, metadata=metadata)
+        sizes = {path: (size, modified) for path, _, _, size, modified in todo}
+        finished = int(time.time() * 1000)
+        runs = [{"ingest_run": run_id, "job": "ingest", "source": c["source"],
+                 "source_kind": "segments", "topic": c["topic"], "partition": c["partition"],
+                 "segment": c["segment"], "first_offset": c["first_offset"],
+                 "last_offset": c["last_offset"], "bytes": sizes.get(c["source"], (None,))[0],
+                 "records": c["records"], "findings": c["findings"],
+                 "modified_ms": sizes.get(c["source"], (None, None))[1], "note": None,
+                 "finished_at": finished} for c in covered]
+        lake.append(_rows(spark, runs, "ingest_runs"), warehouse.path("ingest_runs"),
+                    metadata=metadata)
+        report.rows = {"log_records": sum(c["records"] for c in covered),
+                       "decode_errors": sum(c["findings"] for c in covered)}
+        report.findings = report.rows["decode_errors"]
+    finally:
+        staging.unpersist()
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _ingested(spark: SparkSession, lake: Lake, warehouse: Warehouse
+              ) -> dict[str, tuple[int, int]]:
+    """(size, modified) of each segment as the latest ingest run that read it saw it."""
+    runs = lake.read(warehouse.path("ingest_runs")).where(F.col("job") == "ingest")
+    latest = runs.groupBy("source").agg(F.max(F.struct("finished_at", "bytes",
+                                                         "modified_ms")).alias("last"))
+    return {row["source"]: (row["last"]["bytes"], row["last"]["modified_ms"])
+            for row in latest.collect()}
+
+
+def _conform(df: DataFrame, name: str) -> DataFrame:
+    """`df` with the table's column order and types (nullability checked by the lake)."""
+    schema = _spark_schema(df.sparkSession, table(name).arrow_schema())
+    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
+
+
+def _rows(spark: SparkSession, rows: list[dict[str, Any]], name: str) -> DataFrame:
+    arrow = pa.Table.from_pylist(rows, schema=table(name).arrow_schema())
+    return spark.createDataFrame(arrow.to_pandas(), _spark_schema(spark, arrow.schema))
+
+
+# -- decode ------------------------------------------------------------------------------
+
+
+def _silver_task(batches: Iterator[pa.RecordBatch], topic: str) -> Iterator[pa.RecordBatch]:
+    convert = share_state_rows if topic == SHARE_STATE_TOPIC else group_rows
+    for batch in batches:
+        if batch.num_rows:
+            yield convert(batch)
+
+
+def decode(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
+           only_run: str | None = None) -> RunReport:
+    """Bronze -> `share_state_records`, `group_records` (segments of `only_run`, or all)."""
+    started = time.monotonic()
+    lake = open_lake(spark)
+    bronze = lake.read(warehouse.path("log_records"))
+    if only_run is not None:
+        bronze = bronze.where(F.col("ingest_run") == only_run)
+    report = RunReport("decode", run_id)
+    for topic, name, column in ((SHARE_STATE_TOPIC, "share_state_records", "state_partition"),
+                                (CONSUMER_OFFSETS_TOPIC, "group_records",
+                                 "offsets_partition")):
+        rows = bronze.where(F.col("topic") == topic)
+        segments = [{column: r["partition"], "segment": r["segment"]} for r in
+                    rows.select("partition", "segment").distinct().collect()]
+        if not segments:
+            continue
+        silver = rows.mapInArrow(partial(_silver_task, topic=topic),
+                                 _spark_schema(spark, table(name).arrow_schema()))
+        lake.overwrite(silver, warehouse.path(name), partitions=segments,
+                       metadata={"run": run_id, "job": "decode"})
+        report.rows[name] = lake.read(warehouse.path(name)).count()
+    report.seconds = time.monotonic() - started
+    return report
+
+
+# -- replay ------------------------------------------------------------------------------
+
+
+def _gold_task(batches: Iterator[pa.RecordBatch], topic: str,
+               options: gold_replay.GoldOptions) -> Iterator[pa.RecordBatch]:
+    import gc
+
+    gc.set_threshold(100_000, 50, 100)
+    run = gold_replay.share_gold if topic == SHARE_STATE_TOPIC else gold_replay.group_gold
+    yield from run(batches, options)
+
+
+def _ordered_bronze(lake: Lake, warehouse: Warehouse, topic: str, partitions: int
+                    ) -> DataFrame:
+    from sharestate.tables.arrow_log import COLUMNS
+
+    rows = lake.read(warehouse.path("log_records")).where(
+        (F.col("topic") == topic) & (F.col("offset").isNotNull()))
+    return rows.select("partition", "dialect", *COLUMNS).repartition(
+        partitions, "partition").sortWithinPartitions("partition", "offset")
+
+
+def replay(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
+           options: gold_replay.GoldOptions) -> RunReport:
+    """Bronze -> the replayed gold tables and the log-derived audit findings."""
+    started = time.monotonic()
+    lake = open_lake(spark)
+    warehouse.create_all(lake)
+    report = RunReport("replay", run_id)
+    parallelism = spark.sparkContext.defaultParallelism * 2
+    staging_schema = _spark_schema(spark, gold_replay.STAGING)
+    audits: list[DataFrame] = []
+    metadata = {"run": run_id, "job": "replay", "as_of": {"offset": options.as_of.offset,
+                                                          "time": options.as_of.time},
+                "semantics": options.semantics}
+    for topic, tables in ((CONSUMER_OFFSETS_TOPIC, gold_replay.GROUP_GOLD),
+                          (SHARE_STATE_TOPIC, gold_replay.SHARE_GOLD)):
+        bronze = _ordered_bronze(lake, warehouse, topic, parallelism)
+        staged = bronze.mapInArrow(partial(_gold_task, topic=topic, options=options),
+                                   staging_schema).persist()
+        for name in tables:
+            if name in ("audit_findings", "share_group_lag", "redelivery"):
+                if name == "audit_findings":
+                    audits.append(_gold(staged, name))
+                continue
+            lake.overwrite(_gold(staged, name), warehouse.path(name), partitions=[{}],
+                           metadata=metadata)
+            report.rows[name] = lake.read(warehouse.path(name)).count()
+        staged.unpersist()
+    audit = audits[0].unionByName(audits[1])
+    lake.overwrite(audit, warehouse.path("audit_findings"),
+                   partitions=[{"rule": rule} for rule in REPLAY_RULES], metadata=metadata)
+    findings = lake.read(warehouse.path("audit_findings")).where(
+        F.col("rule").isin(*REPLAY_RULES) & F.col("severity").isin("warning", "error"))
+    report.findings = findings.count()
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _decode_error_findings(errors: DataFrame) -> DataFrame:
+    """One `decode_error` audit finding (severity error) per `decode_errors` row."""
+    null = F.lit(None)
+    return _conform(errors.select(
+        F.lit("decode_error").alias("rule"), F.lit("error").alias("severity"), "topic",
+        "partition", "offset", null.alias("timestamp"), null.alias("group_id"),
+        null.alias("topic_id"), null.alias("share_partition"),
+        F.concat_ws(": ", "kind", "message").alias("message"),
+        F.to_json(F.struct("kind", "source", "segment", "position",
+                           "raw_length")).alias("detail_json")), "audit_findings")
+
+
+def _gold(staged: DataFrame, name: str) -> DataFrame:
+    return _conform(staged.where(F.col("gold_table") == name).select(*table(name).names), name)
+
+
+# -- analytics ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AnalyticsInputs:
+    """What the analytics job adds to the replayed state: end offsets for the lag."""
+
+    end_offsets: dict[tuple[str, int], int] | None = None
+    end_offset_source: str = FILE
+    delivery_limit: int | None = None
+
+
+def _analytics_task(batches: Iterator[pa.RecordBatch], names: dict[str, str],
+                    inputs: AnalyticsInputs) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        for context, states in states_from_rows(batch):
+            yield gold_replay.staged("share_group_lag", list(lag_rows(
+                states, context, end_offsets=inputs.end_offsets,
+                end_offset_source=inputs.end_offset_source, names=names)))
+            yield gold_replay.staged("redelivery", list(redelivery_rows(
+                states, context, delivery_limit=inputs.delivery_limit)))
+
+
+def analytics(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
+              inputs: AnalyticsInputs) -> RunReport:
+    """Gold state -> `share_group_lag`, `redelivery`, cross-topic `audit_findings`."""
+    started = time.monotonic()
+    lake = open_lake(spark)
+    report = RunReport("analytics", run_id)
+    metadata_table = lake.read(warehouse.path("share_group_partitions")).collect()
+    share_metadata = metadata_from_rows(row.asDict() for row in metadata_table)
+    names = {row["topic_id"]: row["topic_name"] for row in metadata_table}
+    states = lake.read(warehouse.path("share_partition_state"))
+    staged = states.mapInArrow(partial(_analytics_task, names=names, inputs=inputs),
+                               _spark_schema(spark, gold_replay.STAGING)).persist()
+    metadata = {"run": run_id, "job": "analytics"}
+    for name in ("share_group_lag", "redelivery"):
+        lake.overwrite(_gold(staged, name), warehouse.path(name), partitions=[{}],
+                       metadata=metadata)
+        report.rows[name] = lake.read(warehouse.path(name)).count()
+    staged.unpersist()
+    keys = {ShareKey(r["group_id"], r["topic_id"], r["partition"]): r["state_partition"]
+            for r in states.select("group_id", "topic_id", "partition", "state_partition")
+            .collect()}
+    rows = list(cross_topic_rows(share_metadata, keys))
+    decode_errors = _decode_error_findings(lake.read(warehouse.path("decode_errors")))
+    audit = _rows(spark, rows, "audit_findings").unionByName(decode_errors)
+    lake.overwrite(audit, warehouse.path("audit_findings"),
+                   partitions=[{"rule": rule} for rule in ANALYTICS_RULES], metadata=metadata)
+    errors = decode_errors.count()
+    report.rows["audit_findings"] = len(rows) + errors
+    report.findings = errors + sum(r["severity"] in ("warning", "error") for r in rows)
+    report.seconds = time.monotonic() - started
+    return report
+

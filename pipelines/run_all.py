@@ -1,0 +1,142 @@
+"""Run the whole pipeline, or one job, from the command line (spark-submit or local).
+
+    spark-submit pipelines/run_all.py --source /var/kafka-logs --warehouse /lake/sharestate
+    spark-submit pipelines/ingest.py  --source /var/kafka-logs --warehouse /lake/sharestate
+
+`sharestate run` calls the same code with a local session. Exit status: 0 clean, 1 the run
+completed with findings (decode errors, audit warnings or errors), 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+from sharestate.coordinator.shard import KAFKA, SEMANTICS
+from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
+from sharestate.log import SourceError
+from sharestate.replay.logs import AsOf, parse_time
+from sharestate.tables.gold_replay import GoldOptions
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+JOBS = ("ingest", "decode", "replay", "analytics")
+
+
+class ArgumentError(Exception):
+    """A bad argument: reported in one line, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise ArgumentError(message)
+
+
+def parser(job: str = "run") -> argparse.ArgumentParser:
+    """The arguments every job takes (the ones a job does not use are ignored)."""
+    p = _Parser(prog=f"pipelines/{job}.py",
+                description="sharestate Spark job: Kafka internal-topic logs to Delta tables.")
+    p.add_argument("--source", action="append", default=[],
+                   help="segment file, partition directory or log.dirs root (repeatable)")
+    p.add_argument("--warehouse", required=True, help="folder holding the Delta tables")
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--as-of-offset", type=int, metavar="N",
+                      help="replay every state-topic partition up to offset N")
+    when.add_argument("--as-of-time", metavar="TIME", help="ISO 8601 time or epoch ms")
+    p.add_argument("--semantics", choices=SEMANTICS, default=KAFKA)
+    p.add_argument("--snapshot-update-records", type=int,
+                   default=DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT,
+                   help="share.coordinator.snapshot.update.records.per.snapshot")
+    p.add_argument("--end-offsets", metavar="FILE",
+                   help='JSON file of topic end offsets for the lag: '
+                        '[{"topic": name-or-id, "partition": p, "end_offset": n}, ...]')
+    p.add_argument("--delivery-limit", type=int, default=None,
+                   help="group.share.delivery.count.limit, for poison ranges")
+    p.add_argument("--retention-minutes", type=int, default=10080,
+                   help="offsets.retention.minutes, for the expiry forecast")
+    p.add_argument("--full", action="store_true",
+                   help="re-ingest every segment, not only new or changed ones")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="Spark setting (repeatable)")
+    p.add_argument("--master", help="Spark master (default: the session's, local[2] here)")
+    p.add_argument("--backend", choices=("auto", "rs", "jvm"), default=None,
+                   help="Delta backend (default: spark.sharestate.lake.backend, else auto)")
+    return p
+
+
+def _end_offsets(path: str | None) -> dict[tuple[str, int], int] | None:
+    if path is None:
+        return None
+    try:
+        entries = json.loads(Path(path).read_text(encoding="utf-8"))
+        return {(str(e["topic"]), int(e["partition"])): int(e["end_offset"]) for e in entries}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ArgumentError(f"cannot read end offsets from {path}: {exc}") from None
+
+
+def options(args: argparse.Namespace) -> GoldOptions:
+    """The replay options the arguments ask for."""
+    try:
+        as_of = AsOf(offset=args.as_of_offset,
+                     time=parse_time(args.as_of_time) if args.as_of_time else None)
+    except ValueError as exc:
+        raise ArgumentError(str(exc)) from None
+    return GoldOptions(as_of=as_of, semantics=args.semantics,
+                       snapshot_update_records_per_snapshot=args.snapshot_update_records,
+                       delivery_limit=args.delivery_limit,
+                       retention_minutes=args.retention_minutes)
+
+
+def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
+        spark_factory: Callable[..., SparkSession] | None = None) -> int:
+    """Run `jobs` in order with a session built from `args`; print a summary; exit status."""
+    from pipelines import jobs as pipeline
+    from pipelines.session import build_session
+
+    if "ingest" in jobs and not args.source:
+        raise ArgumentError("--source is required (segment files, partition dirs or a root)")
+    gold = options(args)
+    inputs = pipeline.AnalyticsInputs(end_offsets=_end_offsets(args.end_offsets),
+                                      delivery_limit=args.delivery_limit)
+    conf = dict(item.split("=", 1) for item in args.conf if "=" in item)
+    if args.backend:
+        conf["spark.sharestate.lake.backend"] = args.backend
+    spark = (spark_factory or build_session)("sharestate", master=args.master, conf=conf)
+    warehouse = pipeline.Warehouse(Path(args.warehouse))
+    run_id = pipeline.new_run_id()
+    reports = []
+    for job in jobs:
+        if job == "ingest":
+            reports.append(pipeline.ingest(spark, warehouse, args.source, run_id=run_id,
+                                           full=args.full))
+        elif job == "decode":
+            reports.append(pipeline.decode(spark, warehouse, run_id=run_id))
+        elif job == "replay":
+            reports.append(pipeline.replay(spark, warehouse, run_id=run_id, options=gold))
+        else:
+            reports.append(pipeline.analytics(spark, warehouse, run_id=run_id, inputs=inputs))
+    for report in reports:
+        counts = ", ".join(f"{name} {rows}" for name, rows in report.rows.items())
+        print(f"{report.job:<9} {report.seconds:6.1f}s  {counts or 'nothing new'}"
+              + (f"  ({report.findings} findings)" if report.findings else ""))
+    print(f"tables in {warehouse.root.resolve()} (run {run_id})")
+    return 1 if any(r.findings for r in reports) else 0
+
+
+def main(argv: Sequence[str] | None = None, jobs: Sequence[str] = JOBS) -> int:
+    """Entry point for `spark-submit pipelines/<job>.py`."""
+    try:
+        args = parser("run_all" if len(jobs) > 1 else jobs[0]).parse_args(argv)
+        return run(args, jobs)
+    except (ArgumentError, SourceError) as exc:
+        print(f"sharestate: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""The Spark pipeline end to end: real local Spark, real Delta tables on disk, Kafka's fixtures.
+
+The fixture segments are laid out as a broker's `log.dirs` (one partition directory per
+file), run through every job, and the tables are compared with what Kafka's own Java code
+replayed (`*.final_state.*`, `*.states.jsonl`) and with the core's `replay_share_log`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import conformance_dir
+
+from pipelines import jobs
+from pipelines.run_all import main as run_all
+from pipelines.session import build_session
+from sharestate.lake import open_lake
+from sharestate.records.spec import snake_case
+
+pytestmark = pytest.mark.slow
+
+SHARE_FILES = ["share_tombstones", "share_txn", "share_replay_small", "share_interleaved",
+               "share_update_tombstone"]
+OFFSET_FILES = ["consumer_offsets_txn", "consumer_offsets_records"]
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    session = build_session("test-pipeline", ui=False)
+    yield session
+
+
+def layout(root: Path, folder: str, names: list[str], topic: str) -> list[str]:
+    """Copy fixture segments into `root` as partitions 0..n-1 of `topic`; their names."""
+    fixtures = conformance_dir(folder)
+    for partition, name in enumerate(names):
+        target = root / f"{topic}-{partition}"
+        target.mkdir(parents=True)
+        shutil.copy(fixtures / f"{name}.log", target / "00000000000000000000.log")
+    return names
+
+
+def run(spark: Any, source: Path, warehouse: Path, *extra: str) -> int:
+    return run_all(["--source", str(source), "--warehouse", str(warehouse), *extra])
+
+
+@pytest.fixture(scope="module")
+def warehouse(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("logs")
+    layout(root, "kafka-4.4-dev", SHARE_FILES, "__share_group_state")
+    layout(root, "kafka-4.4-dev", OFFSET_FILES, "__consumer_offsets")
+    out = tmp_path_factory.mktemp("warehouse")
+    assert run(spark, root, out, "--snapshot-update-records", "5") in (0, 1)
+    return out
+
+
+def rows(spark: Any, warehouse: Path, name: str, where: str = "true") -> list[dict[str, Any]]:
+    df = open_lake(spark).read(str(warehouse / name)).where(where)
+    return [r.asDict(recursive=True) for r in df.collect()]
+
+
+def _kafka_partition(p: dict[str, Any]) -> dict[str, Any]:
+    state = p["state"]
+    return {"group_id": p["groupId"], "topic_id": p["topicId"], "partition": p["partition"],
+            "state_epoch": state["stateEpoch"], "snapshot_epoch": state["snapshotEpoch"],
+            "leader_epoch": state["leaderEpoch"], "start_offset": state["startOffset"],
+            "delivery_complete_count": state.get("deliveryCompleteCount", -1),
+            "create_timestamp": state["createTimestamp"],
+            "write_timestamp": state["writeTimestamp"],
+            "state_batches": [{snake_case(k): v for k, v in b.items()}
+                              for b in state["stateBatches"]],
+            "max_leader_epoch": p["leaderEpochMap"], "max_state_epoch": p["stateEpochMap"],
+            "last_snapshot_offset": p["lastSnapshotOffset"]}
+
+
+def test_share_partition_state_equals_kafka(spark: Any, warehouse: Path) -> None:
+    fixtures = conformance_dir("kafka-4.4-dev")
+    for partition, name in enumerate(SHARE_FILES):
+        if name == "share_replay_small":  # its workload config is 5 updates per snapshot
+            final = json.loads((fixtures / f"{name}.final_state.json").read_text("utf-8"))
+        else:
+            final = json.loads((fixtures / f"{name}.final_state.jsonl").read_text("utf-8")
+                               .splitlines()[0])
+        ours = {(r["group_id"], r["topic_id"], r["partition"]): r
+                for r in rows(spark, warehouse, "share_partition_state",
+                              f"state_partition = {partition}")}
+        want = {(p["groupId"], p["topicId"], p["partition"]): _kafka_partition(p)
+                for p in final["partitions"] if p["state"] is not None}
+        assert set(ours) == set(want), name
+        for key, expected in want.items():
+            assert {k: ours[key][k] for k in expected} == expected, (name, key)
+            assert ours[key]["as_of_offset"] == final["afterOffset"], name
+
+
+def test_history_answers_as_of_queries_like_kafka(spark: Any, warehouse: Path) -> None:
+    """`state as of offset X` from the history table = Kafka's shard after record X."""
+    fixtures = conformance_dir("kafka-4.4-dev")
+    partition = SHARE_FILES.index("share_tombstones")
+    spark_rows = rows(spark, warehouse, "share_partition_state_history",
+                      f"state_partition = {partition}")
+    lines = [json.loads(x) for x in
+             (fixtures / "share_tombstones.states.jsonl").read_text("utf-8").splitlines()]
+    for line in lines:
+        if "after" not in line:
+            continue
+        after = line["after"]
+        key = (after["groupId"], after["topicId"], after["partition"])
+        history = [r for r in spark_rows if (r["group_id"], r["topic_id"], r["partition"]) == key
+                   and r["record_offset"] <= line["offset"]]
+        latest = max(history, key=lambda r: r["record_offset"]) if history else None
+        if after["state"] is None:
+            assert latest is None or latest["deleted"], line["offset"]
+            continue
+        assert latest is not None and not latest["deleted"], line["offset"]
+        expected = _kafka_partition(after)
+        assert {k: latest[k] for k in expected} == expected, line["offset"]
+
+
+def test_consumer_group_offsets_equal_kafka(spark: Any, warehouse: Path) -> None:
+    fixtures = conformance_dir("kafka-4.4-dev")
+    for partition, name in enumerate(OFFSET_FILES):
+        final = json.loads((fixtures / f"{name}.final_state.json").read_text("utf-8"))
+        current = {(r["group_id"], r["topic"], r["partition"]): r["committed_offset"]
+                   for r in rows(spark, warehouse, "consumer_group_offsets",
+                                 f"offsets_partition = {partition} and is_current")}
+        assert current == {(c["group"], c["topic"], c["partition"]): c["committedOffset"]
+                           for c in final["committedOffsets"]}, name
+
+
+def test_audits_lag_and_prune_tables(spark: Any, warehouse: Path) -> None:
+    audit = rows(spark, warehouse, "audit_findings")
+    rules = {(r["rule"], r["partition"]) for r in audit}
+    assert ("deletion", SHARE_FILES.index("share_tombstones")) in rules
+    assert ("update_tombstone", SHARE_FILES.index("share_update_tombstone")) in rules
+    assert ("aborted_transaction", SHARE_FILES.index("share_txn")) in rules
+    prune = {r["state_partition"]: r for r in rows(spark, warehouse, "prune_recommendations")}
+    small = json.loads((conformance_dir("kafka-4.4-dev") / "share_replay_small.final_state.json")
+                       .read_text("utf-8"))
+    assert prune[SHARE_FILES.index("share_replay_small")]["prune_offset"] == \
+        small["lastRedundantOffset"]
+    lag = rows(spark, warehouse, "share_group_lag")
+    state = rows(spark, warehouse, "share_partition_state")
+    assert len(lag) == len(state) and all(r["lag_is_lower_bound"] for r in lag)
+
+
+def _snapshot(spark: Any, warehouse: Path) -> dict[str, list[str]]:
+    """Every table's rows (minus run ids and times), sorted, as comparable strings."""
+    volatile = {"ingest_run", "finished_at"}
+    out = {}
+    for name in ("log_records", "decode_errors", "share_state_records", "group_records",
+                 "share_partition_state_history", "share_partition_state", "share_group_lag",
+                 "redelivery", "audit_findings", "prune_recommendations",
+                 "consumer_group_offsets"):
+        out[name] = sorted(json.dumps({k: v for k, v in r.items() if k not in volatile},
+                                      sort_keys=True, default=str)
+                           for r in rows(spark, warehouse, name))
+    return out
+
+
+def test_rerunning_gives_identical_tables(spark: Any, warehouse: Path) -> None:
+    before = _snapshot(spark, warehouse)
+    source = Path(open_lake(spark).read(str(warehouse / "log_records")).first()["source"])
+    root = source.parent.parent
+    assert run(spark, root, warehouse, "--snapshot-update-records", "5", "--full") in (0, 1)
+    assert _snapshot(spark, warehouse) == before
+
+
+def test_corrupt_segment_lands_in_decode_errors(spark: Any, tmp_path: Path) -> None:
+    data = (conformance_dir("kafka-4.4-dev") / "share_codec_none.log").read_bytes()
+    broken = bytearray(data)
+    broken[len(data) // 2] ^= 0xFF
+    target = tmp_path / "logs" / "__share_group_state-3"
+    target.mkdir(parents=True)
+    (target / "00000000000000001000.log").write_bytes(bytes(broken[: len(broken) - 9]))
+    status = run(spark, tmp_path / "logs", tmp_path / "wh")
+    assert status == 1
+    errors = rows(spark, tmp_path / "wh", "decode_errors")
+    assert {"crc_mismatch", "truncated_batch"} <= {e["kind"] for e in errors}
+    assert rows(spark, tmp_path / "wh", "audit_findings", "rule = 'decode_error'")
+    assert len(rows(spark, tmp_path / "wh", "share_partition_state")) > 0
+
+
+def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_all(["--warehouse"]) == 2
+    assert run_all(["--warehouse", "w", "--as-of-time", "soon"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 2
+
+
+def test_killed_run_then_rerun_completes(spark: Any, warehouse: Path, tmp_path: Path) -> None:
+    source = Path(open_lake(spark).read(str(warehouse / "log_records")).first()["source"])
+    root = source.parent.parent
+    out = tmp_path / "killed"
+    command = [sys.executable, "-m", "pipelines.run_all", "--source", str(root), "--warehouse",
+               str(out), "--snapshot-update-records", "5", "--conf", "spark.ui.enabled=false"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not (out / "share_state_records" / "_delta_log" / "00000000000000000001.json").exists():
+        assert time.monotonic() < deadline and process.poll() is None
+        time.sleep(0.2)
+    process.kill()
+    process.wait()
+    assert run(spark, root, out, "--snapshot-update-records", "5") in (0, 1)
+    assert _snapshot(spark, out) == _snapshot(spark, warehouse)
