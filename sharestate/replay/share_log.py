@@ -9,7 +9,7 @@ the shard after every applied record, which is what the history table is built f
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -129,54 +129,86 @@ def replay_share_log(log: LogSource, *, as_of: AsOf = END, semantics: str = KAFK
     shard allows it and no `history` callback is set; every other record takes
     `_Applier.apply`, the Python path that defines the semantics.
     """
-    shard = ShareShard(rules_of(log, snapshot_update_records_per_snapshot), semantics)
-    result = ShareLogResult(log, shard, as_of)
-    ledger = result.ledger
-    findings = result.findings
-    context = shard.native_context() if native.module is not None and history is None else None
-    slots = _native_slots(tuple(sorted(set(log.dialects)))) if context else {}
-    for item in log.batches():
-        if isinstance(item, Finding):
-            findings.append(LogFinding(item.offset, item.position, item.kind, item.message))
-            continue
-        header = item.header
-        records = item.records
-        if not records:
-            continue
-        if as_of.passed(records[0].offset, records[0].timestamp):
-            break
-        findings.extend(LogFinding(f.offset, f.position, f.kind, f.message)
-                        for f in item.findings)
-        if result.log_start_offset is None:
-            result.log_start_offset = header.base_offset
-        entries: list[HistoryEntry] | None = [] if history_sink is not None else None
-        applier = _Applier(shard, header, findings, history, entries)
-        if context is not None and native.module is not None:
-            applied, stopped, last_offset, last_timestamp = native.module.share_apply(
-                context, records, item.decoded, as_of.offset, as_of.time, slots, applier.apply,
-                entries)
-        else:
-            applied, stopped, last_offset, last_timestamp = applier.apply_all(
-                records, item.decoded, as_of)
-        if entries:
-            assert history_sink is not None
+    replay = ShareReplay(log, as_of=as_of, semantics=semantics,
+                         snapshot_update_records_per_snapshot=(
+                             snapshot_update_records_per_snapshot),
+                         history=history, collect_history=history_sink is not None)
+    for entries in replay.steps():
+        if entries and history_sink is not None:
             history_sink(entries)
-        if applied:
-            result.last_applied_offset = last_offset
-            result.last_applied_timestamp = last_timestamp
-        result.records += applied
-        if stopped:
-            if result.last_applied_offset is not None:
-                result.log_end_offset = result.last_applied_offset + 1
-            break
-        result.bytes += header.size_in_bytes
-        result.log_end_offset = header.last_offset + 1
-        ledger.add(header.last_offset, len(records), header.size_in_bytes)
+    return replay.result
+
+
+class ShareReplay:
+    """`replay_share_log` as steps: iterate `steps()` (one per batch) to drive it.
+
+    Each step yields the history entries of one batch (empty unless `collect_history`),
+    so a caller can turn them into output between batches; `result` is complete when the
+    iteration ends.
+    """
+
+    def __init__(self, log: LogSource, *, as_of: AsOf = END, semantics: str = KAFKA,
+                 snapshot_update_records_per_snapshot: int = (
+                     DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT),
+                 history: History | None = None, collect_history: bool = False) -> None:
+        shard = ShareShard(rules_of(log, snapshot_update_records_per_snapshot), semantics)
+        self.log = log
+        self.result = ShareLogResult(log, shard, as_of)
+        self.history = history
+        self.collect_history = collect_history
+
+    def steps(self) -> Iterator[list[HistoryEntry]]:
+        result = self.result
+        shard = result.shard
+        as_of = result.as_of
+        ledger = result.ledger
+        findings = result.findings
+        history = self.history
+        context = (shard.native_context() if native.module is not None and history is None
+                   else None)
+        slots = _native_slots(tuple(sorted(set(self.log.dialects)))) if context else {}
+        for item in self.log.batches():
+            if isinstance(item, Finding):
+                findings.append(LogFinding(item.offset, item.position, item.kind,
+                                           item.message))
+                continue
+            header = item.header
+            records = item.records
+            if not records:
+                continue
+            if as_of.passed(records[0].offset, records[0].timestamp):
+                break
+            findings.extend(LogFinding(f.offset, f.position, f.kind, f.message)
+                            for f in item.findings)
+            if result.log_start_offset is None:
+                result.log_start_offset = header.base_offset
+            entries: list[HistoryEntry] = []
+            applier = _Applier(shard, header, findings, history,
+                               entries if self.collect_history else None)
+            if context is not None and native.module is not None:
+                applied, stopped, last_offset, last_timestamp = native.module.share_apply(
+                    context, records, item.decoded, as_of.offset, as_of.time, slots,
+                    applier.apply, entries if self.collect_history else None)
+            else:
+                applied, stopped, last_offset, last_timestamp = applier.apply_all(
+                    records, item.decoded, as_of)
+            if applied:
+                result.last_applied_offset = last_offset
+                result.last_applied_timestamp = last_timestamp
+            result.records += applied
+            if stopped:
+                if result.last_applied_offset is not None:
+                    result.log_end_offset = result.last_applied_offset + 1
+                yield entries
+                break
+            result.bytes += header.size_in_bytes
+            result.log_end_offset = header.last_offset + 1
+            ledger.add(header.last_offset, len(records), header.size_in_bytes)
+            ledger.advance(shard.last_redundant_offset())
+            yield entries
         ledger.advance(shard.last_redundant_offset())
-    ledger.advance(shard.last_redundant_offset())
-    result.reclaimable_records = ledger.records
-    result.reclaimable_bytes = ledger.bytes
-    return result
+        result.reclaimable_records = ledger.records
+        result.reclaimable_bytes = ledger.bytes
 
 
 class _Applier:
