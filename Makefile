@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP) ## create .venv and install sharestate with its dev dependencies
 
 demo: $(STAMP) ## run the main job on the embedded default (local Spark, Delta on local disk, simulated logs)
-	$(BIN)/sharestate demo --workdir demo-data
+	$(BIN)/sharestate demo
 
 test: $(STAMP) ## run the whole test suite
 	$(BIN)/python -m pytest -q

@@ -41,6 +41,12 @@ def parser(job: str = "run") -> argparse.ArgumentParser:
     """The arguments every job takes (the ones a job does not use are ignored)."""
     p = _Parser(prog=f"pipelines/{job}.py",
                 description="sharestate Spark job: Kafka internal-topic logs to Delta tables.")
+    add_arguments(p)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the job arguments to `p` (shared by spark-submit and `sharestate run`)."""
     p.add_argument("--source", action="append", default=[],
                    help="segment file, partition directory or log.dirs root (repeatable)")
     p.add_argument("--warehouse", required=True, help="folder holding the Delta tables")
@@ -66,7 +72,6 @@ def parser(job: str = "run") -> argparse.ArgumentParser:
     p.add_argument("--master", help="Spark master (default: the session's, local[2] here)")
     p.add_argument("--backend", choices=("auto", "rs", "jvm"), default=None,
                    help="Delta backend (default: spark.sharestate.lake.backend, else auto)")
-    return p
 
 
 def _end_offsets(path: str | None) -> dict[tuple[str, int], int] | None:

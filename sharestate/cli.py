@@ -7,6 +7,7 @@ Exit codes: 0 everything decoded/applied cleanly; 1 the run completed but record
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -237,6 +238,110 @@ def _add_simulate(sub: Any) -> None:
     command.set_defaults(func=cmd_simulate)
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run every pipeline job on a local Spark session into a warehouse of Delta tables."""
+    from pipelines.run_all import ArgumentError, run
+
+    try:
+        return run(args)
+    except ArgumentError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _add_run(sub: Any) -> None:
+    from pipelines.run_all import add_arguments
+
+    command = sub.add_parser("run", help="run the Spark pipeline into Delta tables",
+                             description=cmd_run.__doc__)
+    add_arguments(command)
+    command.set_defaults(func=cmd_run)
+
+
+SQL_FORMATS = ("table", "jsonl", "csv")
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    """Run Spark SQL over every table of a warehouse (each registered as a view)."""
+    from pipelines.session import build_session
+    from sharestate.lake import find_tables, register_views
+
+    if not find_tables(args.warehouse):
+        raise UsageError(f"no Delta tables under {args.warehouse}")
+    spark = build_session("sharestate-sql", ui=False,
+                          conf={"spark.sharestate.lake.backend": args.backend or "auto"})
+    register_views(spark, args.warehouse)
+    try:
+        rows = spark.sql(args.query).collect()
+    except Exception as exc:  # Spark's analysis errors: a bad query is a bad argument
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"query failed: {first}") from None
+    columns = list(rows[0].asDict().keys()) if rows else []
+    with _output(args.output) as out:
+        write_rows(out, [row.asDict(recursive=True) for row in rows], columns, args.format)
+    return EXIT_OK
+
+
+def write_rows(out: IO[str], rows: list[dict[str, Any]], columns: list[str],
+               fmt: str) -> None:
+    """Rows as an aligned text table, JSON lines or CSV."""
+    if fmt == "jsonl":
+        for row in rows:
+            out.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+        return
+    if fmt == "csv":
+        writer = csv.writer(out)
+        writer.writerow(columns)
+        writer.writerows([_cell(row[c]) for c in columns] for row in rows)
+        return
+    cells = [[_cell(row[c]) for c in columns] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    out.write("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()
+              + "\n")
+    for row_cells in cells:
+        out.write("  ".join(v.ljust(w) for v, w in zip(row_cells, widths, strict=True))
+                  .rstrip() + "\n")
+    out.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return str(value)
+
+
+def _add_sql(sub: Any) -> None:
+    command = sub.add_parser("sql", help="query the Delta tables with Spark SQL",
+                             description=cmd_sql.__doc__)
+    command.add_argument("--warehouse", required=True, help="folder holding the Delta tables")
+    command.add_argument("--format", choices=SQL_FORMATS, default="table")
+    command.add_argument("--backend", choices=("auto", "rs", "jvm"), default=None)
+    command.add_argument("--output", "-o", help="write here instead of stdout")
+    command.add_argument("query", help="a Spark SQL statement; tables are views by name")
+    command.set_defaults(func=cmd_sql)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Simulate a realistic log, run the whole pipeline on it and summarise the tables."""
+    from sharestate.demo import run_demo
+
+    for line in run_demo(args):
+        print(line, flush=True)
+    return EXIT_OK
+
+
+def _add_demo(sub: Any) -> None:
+    command = sub.add_parser("demo", help="simulate a log and run the pipeline on it",
+                             description=cmd_demo.__doc__)
+    command.add_argument("--logs", default="demo-data", help="where to write the simulated log")
+    command.add_argument("--warehouse", default="warehouse", help="where to write the tables")
+    command.add_argument("--records", type=_count, default=200_000,
+                         help="__share_group_state records to simulate (default %(default)s)")
+    command.add_argument("--seed", type=int, default=7)
+    command.set_defaults(func=cmd_demo)
+
+
 def _add_sources(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", nargs="+",
                         help="segment file (.log or .log.gz), partition directory or log.dirs root")
@@ -287,6 +392,9 @@ def build_parser() -> argparse.ArgumentParser:
                                  help="share.coordinator.snapshot.update.records.per.snapshot")
         command.set_defaults(func=func)
     _add_simulate(sub)
+    _add_run(sub)
+    _add_sql(sub)
+    _add_demo(sub)
     return parser
 
 
