@@ -113,28 +113,98 @@ def _ingest_task(batches: Iterator[pa.RecordBatch], run_id: str) -> Iterator[pa.
 
 
 def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
-           run_id: str, full: bool = False) -> RunReport:
-    """Segment files -> `log_records`, `decode_errors`, `ingest_runs`."""
+           run_id: str, full: bool = False,
+           kafka_options: dict[str, str] | None = None) -> RunReport:
+    """Segment files or a live cluster (`kafka://host:port`) -> `log_records`,
+    `decode_errors`, `ingest_runs`."""
     started = time.monotonic()
     lake = open_lake(spark)
     warehouse.create_all(lake)
-    segments = discover(sources)
-    seen = _ingested(spark, lake, warehouse) if not full else {}
-    todo = []
-    for segment in segments:
-        stat = segment.path.stat()
-        if seen.get(str(segment.path)) != (stat.st_size, int(stat.st_mtime * 1000)):
-            todo.append((str(segment.path), 0, None, stat.st_size, int(stat.st_mtime * 1000)))
     report = RunReport("ingest", run_id)
+    live = [s for s in sources if s.startswith(KAFKA_SCHEME)]
+    files = [s for s in sources if not s.startswith(KAFKA_SCHEME)]
+    inputs: list[tuple[DataFrame, dict[str, tuple[int, int]], str | None]] = []
+    if files:
+        staging, sizes = _segment_staging(spark, lake, warehouse, files, run_id, full)
+        if staging is not None:
+            inputs.append((staging, sizes, None))
+    for uri in live:
+        live_rows, visibility = _kafka_staging(spark, lake, warehouse, uri, run_id, full,
+                                               kafka_options or {})
+        inputs.append((live_rows, {}, visibility))
+    for rows, sizes, note in inputs:
+        _write_bronze(spark, lake, warehouse, rows.persist(), sizes, note, run_id, report)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+KAFKA_SCHEME = "kafka://"
+
+
+def _segment_staging(spark: SparkSession, lake: Lake, warehouse: Warehouse,
+                     sources: Sequence[str], run_id: str, full: bool
+                     ) -> tuple[DataFrame | None, dict[str, tuple[int, int]]]:
+    """Staging rows of the new or changed segments (split by file, read on executors)."""
+    seen = _ingested(lake, warehouse) if not full else {}
+    todo: dict[str, tuple[int, int]] = {}
+    for segment in discover(sources):
+        stat = segment.path.stat()
+        size_and_time = (stat.st_size, int(stat.st_mtime * 1000))
+        if seen.get(str(segment.path)) != size_and_time:
+            todo[str(segment.path)] = size_and_time
     if not todo:
-        report.seconds = time.monotonic() - started
-        return report
-    splits = spark.createDataFrame(
-        todo, "path string, start bigint, end bigint, bytes bigint, modified_ms bigint")
+        return None, {}
+    splits = spark.createDataFrame([(path, 0, None) for path in todo],
+                                   "path string, start bigint, end bigint")
     splits = splits.repartition(min(len(todo), spark.sparkContext.defaultParallelism * 4))
-    staging = splits.select("path", "start", "end").mapInArrow(
-        partial(_ingest_task, run_id=run_id), _spark_schema(spark, bronze_rows.STAGING))
-    staging = staging.persist()
+    staging = splits.mapInArrow(partial(_ingest_task, run_id=run_id),
+                                _spark_schema(spark, bronze_rows.STAGING))
+    return staging, todo
+
+
+def _kafka_task(batches: Iterator[pa.RecordBatch], run_id: str,
+                source: str) -> Iterator[pa.RecordBatch]:
+    yield from bronze_rows.consumer_rows(batches, run_id, source)
+
+
+def _kafka_staging(spark: SparkSession, lake: Lake, warehouse: Warehouse, uri: str,
+                   run_id: str, full: bool, extra: dict[str, str]) -> tuple[DataFrame, str]:
+    """Staging rows read from a live cluster, from where the last run's chunks began."""
+    from dataclasses import replace
+
+    from pipelines.kafka_source import NAME, register
+    from sharestate.sources import parse_options, plan_read
+    from sharestate.sources.kafka_plan import KafkaPlan, OffsetRange
+
+    options = {"bootstrap.servers": uri[len(KAFKA_SCHEME):],
+               "topics": f"{SHARE_STATE_TOPIC},{CONSUMER_OFFSETS_TOPIC}",
+               **{f"kafka.{k}": v for k, v in extra.items()}}
+    plan = plan_read(parse_options(options))
+    covered = {} if full else _covered_offsets(lake, warehouse, uri)
+    ranges = tuple(
+        replace(r, start=min(r.end, max(r.start, bronze_rows.chunk_of(covered[key] + 1))))
+        if (key := (r.topic, r.partition)) in covered else r for r in plan.ranges)
+    plan = KafkaPlan(plan.options, tuple(OffsetRange(r.topic, r.partition, r.start, r.end)
+                                         for r in ranges))
+    register(spark)
+    raw = spark.read.format(NAME).options(**options).options(**plan.offsets_options()).load()
+    staging = raw.mapInArrow(partial(_kafka_task, run_id=run_id, source=uri),
+                             _spark_schema(spark, bronze_rows.STAGING))
+    return staging, str(plan.metadata()["visibility"])
+
+
+def _covered_offsets(lake: Lake, warehouse: Warehouse, source: str
+                     ) -> dict[tuple[str, int], int]:
+    runs = lake.read(warehouse.path("ingest_runs")).where(
+        (F.col("source") == source) & F.col("last_offset").isNotNull())
+    return {(r["topic"], r["partition"]): r["last"] for r in
+            runs.groupBy("topic", "partition").agg(F.max("last_offset").alias("last")).collect()}
+
+
+def _write_bronze(spark: SparkSession, lake: Lake, warehouse: Warehouse, staging: DataFrame,
+                  sizes: dict[str, tuple[int, int]], note: str | None, run_id: str,
+                  report: RunReport) -> None:
+    """Write one staging DataFrame to the bronze tables and record the run."""
     try:
         covered = [row.asDict() for row in staging.groupBy("source", "topic", "partition",
                                                             "segment").agg(
@@ -142,9 +212,11 @@ def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
             F.sum(F.when(F.col("row_kind") == "record", 1).otherwise(0)).alias("records"),
             F.sum(F.when(F.col("finding_kind").isNotNull(), 1).otherwise(0)).alias(
                 "findings")).collect()]
+        if not covered:
+            return
         specs = [{"topic": c["topic"], "partition": c["partition"], "segment": c["segment"]}
                  for c in covered]
-        metadata = {"run": run_id, "inputs": covered}
+        metadata = {"run": run_id, "inputs": covered, "note": note}
         records = staging.where(F.col("row_kind") == "record").select(
             *table("log_records").names)
         lake.overwrite(_conform(records, "log_records"), warehouse.path("log_records"),
@@ -155,28 +227,27 @@ def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
             "raw", "raw_length", "ingest_run")
         lake.overwrite(_conform(errors, "decode_errors"), warehouse.path("decode_errors"),
                        partitions=specs, metadata=metadata)
-        sizes = {path: (size, modified) for path, _, _, size, modified in todo}
         finished = int(time.time() * 1000)
         runs = [{"ingest_run": run_id, "job": "ingest", "source": c["source"],
-                 "source_kind": "segments", "topic": c["topic"], "partition": c["partition"],
-                 "segment": c["segment"], "first_offset": c["first_offset"],
-                 "last_offset": c["last_offset"], "bytes": sizes.get(c["source"], (None,))[0],
-                 "records": c["records"], "findings": c["findings"],
-                 "modified_ms": sizes.get(c["source"], (None, None))[1], "note": None,
-                 "finished_at": finished} for c in covered]
+                 "source_kind": "kafka" if note else "segments", "topic": c["topic"],
+                 "partition": c["partition"], "segment": c["segment"],
+                 "first_offset": c["first_offset"], "last_offset": c["last_offset"],
+                 "bytes": sizes.get(c["source"], (None, None))[0], "records": c["records"],
+                 "findings": c["findings"], "modified_ms": sizes.get(c["source"],
+                                                                     (None, None))[1],
+                 "note": note, "finished_at": finished} for c in covered]
         lake.append(_rows(spark, runs, "ingest_runs"), warehouse.path("ingest_runs"),
                     metadata=metadata)
-        report.rows = {"log_records": sum(c["records"] for c in covered),
-                       "decode_errors": sum(c["findings"] for c in covered)}
-        report.findings = report.rows["decode_errors"]
+        report.rows["log_records"] = report.rows.get("log_records", 0) + sum(
+            c["records"] for c in covered)
+        report.rows["decode_errors"] = report.rows.get("decode_errors", 0) + sum(
+            c["findings"] for c in covered)
+        report.findings += sum(c["findings"] for c in covered)
     finally:
         staging.unpersist()
-    report.seconds = time.monotonic() - started
-    return report
 
 
-def _ingested(spark: SparkSession, lake: Lake, warehouse: Warehouse
-              ) -> dict[str, tuple[int, int]]:
+def _ingested(lake: Lake, warehouse: Warehouse) -> dict[str, tuple[int, int]]:
     """(size, modified) of each segment as the latest ingest run that read it saw it."""
     runs = lake.read(warehouse.path("ingest_runs")).where(F.col("job") == "ingest")
     latest = runs.groupBy("source").agg(F.max(F.struct("finished_at", "bytes",

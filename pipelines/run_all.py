@@ -48,7 +48,8 @@ def parser(job: str = "run") -> argparse.ArgumentParser:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add the job arguments to `p` (shared by spark-submit and `sharestate run`)."""
     p.add_argument("--source", action="append", default=[],
-                   help="segment file, partition directory or log.dirs root (repeatable)")
+                   help="segment file, partition directory, log.dirs root, or kafka://host:port "
+                        "for a live cluster (repeatable)")
     p.add_argument("--warehouse", required=True, help="folder holding the Delta tables")
     when = p.add_mutually_exclusive_group()
     when.add_argument("--as-of-offset", type=int, metavar="N",
@@ -67,11 +68,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="offsets.retention.minutes, for the expiry forecast")
     p.add_argument("--full", action="store_true",
                    help="re-ingest every segment, not only new or changed ones")
+    p.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="client setting for a kafka:// source, e.g. security.protocol=SASL_SSL "
+                        "(secrets: SHARESTATE_KAFKA_* environment variables)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="Spark setting (repeatable)")
     p.add_argument("--master", help="Spark master (default: the session's, local[2] here)")
     p.add_argument("--backend", choices=("auto", "rs", "jvm"), default=None,
                    help="Delta backend (default: spark.sharestate.lake.backend, else auto)")
+    p.add_argument("--run-id", metavar="ID",
+                   help="run id to record in ingest_runs and each table commit (default: a "
+                        "new one); a scheduler passes one per data interval to all four jobs")
 
 
 def _end_offsets(path: str | None) -> dict[tuple[str, int], int] | None:
@@ -105,6 +112,8 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
 
     if "ingest" in jobs and not args.source:
         raise ArgumentError("--source is required (segment files, partition dirs or a root)")
+    if args.run_id is not None and not args.run_id.strip():
+        raise ArgumentError("--run-id cannot be empty")
     gold = options(args)
     inputs = pipeline.AnalyticsInputs(end_offsets=_end_offsets(args.end_offsets),
                                       delivery_limit=args.delivery_limit)
@@ -113,12 +122,14 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
         conf["spark.sharestate.lake.backend"] = args.backend
     spark = (spark_factory or build_session)("sharestate", master=args.master, conf=conf)
     warehouse = pipeline.Warehouse(Path(args.warehouse))
-    run_id = pipeline.new_run_id()
+    run_id = args.run_id or pipeline.new_run_id()
     reports = []
     for job in jobs:
         if job == "ingest":
-            reports.append(pipeline.ingest(spark, warehouse, args.source, run_id=run_id,
-                                           full=args.full))
+            reports.append(pipeline.ingest(
+                spark, warehouse, args.source, run_id=run_id, full=args.full,
+                kafka_options=dict(item.split("=", 1) for item in args.kafka_option
+                                   if "=" in item)))
         elif job == "decode":
             reports.append(pipeline.decode(spark, warehouse, run_id=run_id))
         elif job == "replay":

@@ -17,9 +17,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from sharestate.log import Batch, ControlRecord, Finding, Segment, parse_control, read_batches
+from sharestate.log import (
+    Batch,
+    ControlRecord,
+    Finding,
+    RawRecord,
+    Segment,
+    parse_control,
+    read_batches,
+)
 from sharestate.records.catalog import dialect
-from sharestate.records.detect import Detection
+from sharestate.records.detect import SAMPLE_RECORDS, Detection, detect
 from sharestate.records.keyvalue import KeyValue, decode_key_values
 from sharestate.records.segment import detect_segment
 from sharestate.tables.columns import transpose
@@ -80,7 +88,19 @@ class _Chunk:
         self.size = 0
 
     def add_batch(self, batch: Batch, decoded: list[Any]) -> None:
-        records = batch.records
+        header = batch.header
+        crc = next((f for f in batch.findings if f.kind == "crc_mismatch"), None)
+        self.add_records(batch.records, decoded,
+                         {name: header[index] for name, index in _HEADER_COLUMNS},
+                         None, crc)
+        for finding in batch.findings:
+            if finding.kind != "crc_mismatch":
+                self.add_finding(finding, batch)
+
+    def add_records(self, records: list[RawRecord], decoded: list[Any],
+                    header_values: dict[str, Any], timestamp_types: list[Any] | None,
+                    crc: Finding | None = None) -> None:
+        """Rows for `records` (decoded alike), with per-batch values repeated."""
         n = len(records)
         columns = self.columns
         offsets, timestamps, keys, values = transpose(records, _RECORD_PATHS)
@@ -88,7 +108,6 @@ class _Chunk:
         columns["timestamp"].extend(timestamps)
         columns["key"].extend(keys)
         columns["value"].extend(values)
-        crc = next((f for f in batch.findings if f.kind == "crc_mismatch"), None)
         for item, record in zip(decoded, records, strict=True):
             kind = message = raw = type_id = name = version = control = epoch = None
             if isinstance(item, KeyValue):
@@ -113,13 +132,11 @@ class _Chunk:
             columns["raw"].append(raw)
             columns["raw_length"].append(None if raw is None else len(raw))
         columns["row_kind"].extend(["record"] * n)
-        header = batch.header
-        for name, index in _HEADER_COLUMNS:
-            columns[name].extend([header[index]] * n)
+        for name, value in header_values.items():
+            columns[name].extend([value] * n)
+        if timestamp_types is not None:
+            columns["timestamp_type"][-n:] = timestamp_types
         self.size += n
-        for finding in batch.findings:
-            if finding.kind != "crc_mismatch":
-                self.add_finding(finding, batch)
 
     def add_finding(self, finding: Finding, batch: Batch | None = None) -> None:
         columns = self.columns
@@ -133,11 +150,12 @@ class _Chunk:
             columns[name].append(row.get(name))
         self.size += 1
 
-    def batch(self, constant: dict[str, Any]) -> pa.RecordBatch:
+    def batch(self, constant: dict[str, Any], **per_row: list[Any]) -> pa.RecordBatch:
         columns = self.columns
         columns["decode_status"] = [k or "ok" for k in columns["finding_kind"]]
         for name, value in constant.items():
             columns[name] = [value] * self.size
+        columns.update(per_row)
         return pa.RecordBatch.from_pydict(columns, schema=STAGING)
 
 
@@ -173,3 +191,51 @@ def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
                 chunk = _Chunk()
     if chunk.size:
         yield chunk.batch(constant)
+
+
+LIVE_CHUNK = 1_000_000
+"""Offsets per bronze `segment` of the live source: a re-run replaces whole chunks."""
+
+
+def chunk_of(offset: int) -> int:
+    """The live-source chunk (its first offset) holding `offset`."""
+    return offset - offset % LIVE_CHUNK
+
+
+def consumer_rows(raw: Iterator[pa.RecordBatch], run_id: str, source: str,
+                  dialect_name: str | None = None) -> Iterator[pa.RecordBatch]:
+    """Staging batches for rows read by a consumer (the live source's raw schema).
+
+    A consumer sees no batch headers and no control batches, so those columns stay null;
+    each topic-partition's dialect is detected from its first rows (or pinned).
+    """
+    detections: dict[tuple[str, int], Detection] = {}
+    for batch in raw:
+        columns = {name: batch.column(name).to_pylist() for name in
+                   ("topic", "partition", "offset", "timestamp", "timestamp_type", "key",
+                    "value")}
+        n = batch.num_rows
+        start = 0
+        for i in range(1, n + 1):
+            if i < n and columns["topic"][i] == columns["topic"][start] \
+                    and columns["partition"][i] == columns["partition"][start]:
+                continue
+            topic, partition = columns["topic"][start], columns["partition"][start]
+            records = [RawRecord(columns["offset"][j], columns["timestamp"][j], -1,
+                                 columns["key"][j], columns["value"][j], ())
+                       for j in range(start, i)]
+            detection = detections.get((topic, partition))
+            if detection is None:
+                detection = detections[(topic, partition)] = detect(
+                    ((r.key, r.value) for r in records[:SAMPLE_RECORDS]), topic=topic,
+                    dialect_name=dialect_name)
+            chunk = _Chunk()
+            header_values = {name: None for name, _ in _HEADER_COLUMNS}
+            chunk.add_records(records, decode_key_values(dialect(detection.dialect), topic,
+                                                         records), header_values,
+                              [columns["timestamp_type"][j] for j in range(start, i)])
+            segments = [chunk_of(o) for o in columns["offset"][start:i]]
+            yield chunk.batch({"source": source, "topic": topic, "partition": partition,
+                               "dialect": detection.dialect, "ingest_run": run_id},
+                              segment=segments)
+            start = i
