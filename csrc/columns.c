@@ -1,10 +1,10 @@
 /* Native twin of sharestate/tables/columns.py `flatten_batches_py`: the state batches of many
  * states as flat little-endian buffers for an Arrow list<struct> column.
  *
- * flatten_batches(states) -> (offsets int32[n+1], first int64[m], last int64[m],
- *                             state int32[m], count int32[m], valid uint8[n])
- * `states` is a sequence whose items are None (a null list) or tuples whose item 7 is the
- * batch tuple of (first, last, state, count).
+ * flatten_batches(states, item=7) -> (offsets int32[n+1], first int64[m], last int64[m],
+ *                                      state int32[m], count int32[m], valid uint8[n])
+ * `states` is a sequence whose items are None (a null list) or tuples whose item `item` is
+ * the batch tuple of (first, last, state, count, ...).
  */
 #include "native.h"
 
@@ -19,8 +19,11 @@ static int grow(char **buf, Py_ssize_t *cap, Py_ssize_t need) {
     return 0;
 }
 
-PyObject *native_flatten_batches(PyObject *self, PyObject *states) {
+PyObject *native_flatten_batches(PyObject *self, PyObject *args) {
     (void)self;
+    PyObject *states;
+    Py_ssize_t item = 7;
+    if (!PyArg_ParseTuple(args, "O|n", &states, &item)) return NULL;
     PyObject *fast = PySequence_Fast(states, "states must be a sequence");
     if (!fast) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
@@ -38,11 +41,12 @@ PyObject *native_flatten_batches(PyObject *self, PyObject *states) {
         PyObject *s = items[i];
         ok[i] = s != Py_None;
         if (s != Py_None) {
-            if (!PyTuple_Check(s) || PyTuple_GET_SIZE(s) < 8 || !PyTuple_Check(PyTuple_GET_ITEM(s, 7))) {
-                PyErr_SetString(PyExc_TypeError, "a state is a tuple whose item 7 holds its batches");
+            if (!PyTuple_Check(s) || PyTuple_GET_SIZE(s) <= item || item < 0
+                || !PyTuple_Check(PyTuple_GET_ITEM(s, item))) {
+                PyErr_SetString(PyExc_TypeError, "a state is a tuple whose item `item` holds its batches");
                 goto done;
             }
-            PyObject *batches = PyTuple_GET_ITEM(s, 7);
+            PyObject *batches = PyTuple_GET_ITEM(s, item);
             Py_ssize_t k = PyTuple_GET_SIZE(batches);
             if (grow(&first, &cf, (m + k) * 8) < 0 || grow(&last, &cl, (m + k) * 8) < 0
                 || grow(&state, &cs, (m + k) * 4) < 0 || grow(&count, &cc, (m + k) * 4) < 0) goto done;

@@ -16,11 +16,12 @@ BATCH_STRUCT = pa.struct([pa.field("first_offset", pa.int64()),
 BATCHES = pa.list_(BATCH_STRUCT)
 
 
-def state_batches_array(states: Sequence[Any]) -> pa.ListArray:
-    """The `state_batches` column: item 7 of each state (None: a null list)."""
+def state_batches_array(states: Sequence[Any], item: int = 7) -> pa.ListArray:
+    """A `state_batches` column from item `item` of each state (None: a null list); each
+    batch is a tuple starting (first, last, delivery state, delivery count)."""
     if native.module is None:
-        return flatten_batches_py(states)
-    offsets, first, last, state, count, valid = native.module.flatten_batches(states)
+        return flatten_batches_py(states, item)
+    offsets, first, last, state, count, valid = native.module.flatten_batches(states, item)
     n = len(states)
     m = len(first) // 8
     children = [pa.Array.from_buffers(pa.int64(), m, [None, pa.py_buffer(first)]),
@@ -33,11 +34,11 @@ def state_batches_array(states: Sequence[Any]) -> pa.ListArray:
     return pa.ListArray.from_arrays(offset_array, values, type=BATCHES, mask=mask)
 
 
-def flatten_batches_py(states: Sequence[Any]) -> pa.ListArray:
+def flatten_batches_py(states: Sequence[Any], item: int = 7) -> pa.ListArray:
     """The pure-Python `state_batches_array`."""
     return pa.array([None if s is None else
                      [{"first_offset": b[0], "last_offset": b[1], "delivery_state": b[2],
-                       "delivery_count": b[3]} for b in s[7]] for s in states], BATCHES)
+                       "delivery_count": b[3]} for b in s[item]] for s in states], BATCHES)
 
 
 Path = tuple[int, ...]

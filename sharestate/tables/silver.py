@@ -13,13 +13,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from sharestate.coordinator.share_state import share_key, share_value
+from sharestate.coordinator.share_state import native_value_slots
 from sharestate.log import RawRecord
 from sharestate.records.catalog import dialect
 from sharestate.records.keyvalue import KeyValue, decode_key_values
 from sharestate.records.render import to_json
+from sharestate.records.spec import StructLayout
 from sharestate.replay.views import has_delivery_complete_count
+from sharestate.tables.columns import state_batches_array, transpose
 from sharestate.tables.spec import table
+
+SHARE_STATE_SCHEMA = table("share_state_records").arrow_schema()
 
 _BRONZE = ("partition", "segment", "offset", "timestamp", "key", "value", "is_control",
            "control_type", "producer_id", "is_transactional", "dialect", "decode_status")
@@ -46,46 +50,56 @@ def _decode(columns: dict[str, list[Any]], topic: str) -> list[KeyValue | None]:
     return decoded
 
 
+_VALUE_FIELDS = ("snapshot_epoch", "state_epoch", "leader_epoch", "start_offset",
+                 "delivery_complete_count", "create_timestamp", "write_timestamp")
+
+
 def share_state_rows(rows: pa.RecordBatch) -> pa.RecordBatch:
-    """`share_state_records` rows for bronze rows of `__share_group_state`."""
+    """`share_state_records` rows for bronze rows of `__share_group_state` (columnar)."""
     columns = _bronze(rows)
-    out: dict[str, list[Any]] = {name: [] for name in table("share_state_records").names}
-    for i, kv in enumerate(_decode(columns, "__share_group_state")):
-        fields: dict[str, Any] = {}
-        tombstone = False
-        if kv is not None and kv.error is None and kv.kind is not None and kv.key is not None:
-            key = share_key(kv.key, kv.kind.key_layout())
-            fields = {"group_id": key.group_id, "topic_id": key.topic_id,
-                      "partition": key.partition}
-            tombstone = kv.value is None
-            layout = kv.kind.value_layout(kv.value_version) if kv.value_version is not None \
-                else None
-            if kv.value is not None and layout is not None:
-                value = share_value(kv.value, layout)
-                fields.update(
-                    snapshot_epoch=value.snapshot_epoch, state_epoch=value.state_epoch,
-                    leader_epoch=value.leader_epoch, start_offset=value.start_offset,
-                    delivery_complete_count=(value.delivery_complete_count
-                                             if has_delivery_complete_count(
-                                                 columns["dialect"][i]) else None),
-                    create_timestamp=value.create_timestamp,
-                    write_timestamp=value.write_timestamp,
-                    state_batches=[{"first_offset": b[0], "last_offset": b[1],
-                                    "delivery_state": b[2], "delivery_count": b[3]}
-                                   for b in value.batches])
-        row = {"state_topic": "__share_group_state", "state_partition": columns["partition"][i],
-               "segment": columns["segment"][i], "offset": columns["offset"][i],
-               "timestamp": columns["timestamp"][i],
-               "record_type": kv.record_type if kv is not None else None,
-               "tombstone": tombstone, "is_control": bool(columns["is_control"][i]),
-               "control_type": columns["control_type"][i],
-               "producer_id": columns["producer_id"][i],
-               "is_transactional": columns["is_transactional"][i],
-               "dialect": columns["dialect"][i], "decode_status": columns["decode_status"][i],
-               **fields}
-        for name, column in out.items():
-            column.append(row.get(name))
-    return pa.RecordBatch.from_pydict(out, schema=table("share_state_records").arrow_schema())
+    decoded = _decode(columns, "__share_group_state")
+    n = len(decoded)
+    ok: list[KeyValue | None] = [
+        kv if kv is not None and kv.error is None and kv.kind is not None
+        and kv.key is not None else None for kv in decoded]
+    group, topic_id, partition = transpose(ok, ((2, 0), (2, 1), (2, 2)))
+    out: dict[str, Any] = {name: [None] * n for name in _VALUE_FIELDS}
+    values: list[Any] = [None] * n
+    by_layout: dict[StructLayout, list[int]] = {}
+    for i, kv in enumerate(ok):
+        if kv is None or kv.kind is None or kv.value is None or kv.value_version is None:
+            continue
+        layout = kv.kind.value_layout(kv.value_version)
+        if layout is not None:
+            by_layout.setdefault(layout, []).append(i)
+            values[i] = kv.value
+    for layout, index in by_layout.items():
+        slots = native_value_slots(layout)
+        dcc = has_delivery_complete_count(columns["dialect"][index[0]])
+        present = [(name, slot) for name, slot in zip(_VALUE_FIELDS, slots[1:8], strict=True)
+                   if slot >= 0 and (dcc or name != "delivery_complete_count")]
+        picked = transpose([values[i] for i in index], tuple((slot,) for _, slot in present))
+        for (name, _), column in zip(present, picked, strict=True):
+            target = out[name]
+            for i, v in zip(index, column, strict=True):
+                target[i] = v
+        batches_slot = slots[8]
+        for i in index:
+            values[i] = (values[i][batches_slot],)
+    out["state_batches"] = state_batches_array(values, 0)
+    out.update({
+        "state_topic": ["__share_group_state"] * n, "state_partition": columns["partition"],
+        "segment": columns["segment"], "offset": columns["offset"],
+        "timestamp": columns["timestamp"],
+        "record_type": [kv.kind.name if kv is not None and kv.kind is not None else None
+                        for kv in decoded],
+        "tombstone": [kv is not None and kv.value is None for kv in ok],
+        "is_control": [bool(c) for c in columns["is_control"]],
+        "control_type": columns["control_type"], "producer_id": columns["producer_id"],
+        "is_transactional": columns["is_transactional"], "group_id": group,
+        "topic_id": topic_id, "partition": partition, "dialect": columns["dialect"],
+        "decode_status": columns["decode_status"]})
+    return pa.RecordBatch.from_pydict(out, schema=SHARE_STATE_SCHEMA)
 
 
 _COMMIT_FIELDS = {"committed_offset": "offset", "leader_epoch": "leader_epoch",

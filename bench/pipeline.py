@@ -1,0 +1,107 @@
+"""End-to-end pipeline throughput on a simulated log, with 1 and 2 local cores.
+
+Runs every job (ingest, decode, replay, analytics) on `local[1]` and on `local[2]` with
+`spark.driver.memory=1g`, each in a fresh process into a fresh warehouse, and reports
+records/s (share-state records of the input over the wall time of the run) and the peak RSS
+of the driver (the JVM driver and its Python process). The simulated log is generated once
+into `bench/.cache/` (default 5,000,000 records). The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from replay import simulated
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and all its descendants (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(stat[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(children.get(current, []))
+    return found
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def run_once(source: Path, cores: int) -> tuple[float, float]:
+    """(seconds, peak driver RSS in MB) of one whole-pipeline run with `cores` cores."""
+    with tempfile.TemporaryDirectory() as tmp:
+        command = [sys.executable, "-m", "pipelines.run_all", "--source", str(source),
+                   "--warehouse", str(Path(tmp) / "wh"), "--master", f"local[{cores}]",
+                   "--conf", "spark.driver.memory=1g", "--conf", "spark.ui.enabled=false",
+                   "--conf", f"spark.sql.shuffle.partitions={cores * 2}"]
+        start = time.perf_counter()
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        peak = 0.0
+        done = threading.Event()
+
+        def sample() -> None:
+            nonlocal peak
+            while not done.is_set():
+                # The driver is the Python process and its JVM; Python workers are executors.
+                pids = [p for p in _tree(process.pid) if p == process.pid
+                        or "java" in Path(f"/proc/{p}/comm").read_text(errors="ignore")]
+                peak = max(peak, sum(_rss_mb(p) for p in pids))
+                time.sleep(0.5)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        status = process.wait()
+        done.set()
+        sampler.join()
+        seconds = time.perf_counter() - start
+        if status not in (0, 1):
+            raise SystemExit(f"pipeline run failed with status {status}: {' '.join(command)}")
+        return seconds, peak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=5_000_000)
+    args = parser.parse_args()
+    source = simulated(args.records)
+    shutil.rmtree(source / "_unused", ignore_errors=True)
+    one, peak_one = run_once(source, 1)
+    two, peak_two = run_once(source, 2)
+    figures = {
+        "records": args.records,
+        "records_per_s_1core": round(args.records / one),
+        "records_per_s_2cores": round(args.records / two),
+        "speedup_2_vs_1": round(one / two, 2),
+        "peak_driver_rss_mb": round(max(peak_one, peak_two), 1),
+    }
+    for name, value in figures.items():
+        print(f"{name:>22}: {value}", file=sys.stderr)
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
