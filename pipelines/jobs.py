@@ -38,6 +38,7 @@ from sharestate.analytics.redelivery import redelivery_rows
 from sharestate.coordinator.share_state import ShareKey
 from sharestate.lake import Lake, open_lake
 from sharestate.log import discover
+from sharestate.log.index import split_points
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.tables import bronze as bronze_rows
 from sharestate.tables import gold_replay
@@ -150,10 +151,16 @@ def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
 KAFKA_SCHEME = "kafka://"
 
 
+SPLIT_BYTES = 64 << 20
+"""Segments larger than this are read in several tasks where an offset index allows."""
+
+
 def _segment_staging(spark: SparkSession, lake: Lake, warehouse: Warehouse,
-                     sources: Sequence[str], run_id: str, full: bool
+                     sources: Sequence[str], run_id: str, full: bool,
+                     split_bytes: int = SPLIT_BYTES
                      ) -> tuple[DataFrame | None, dict[str, tuple[int, int]]]:
-    """Staging rows of the new or changed segments (split by file, read on executors)."""
+    """Staging rows of the new or changed segments, read on executors: one task per file,
+    or per byte range between offset-index positions for large segments."""
     seen = _ingested(lake, warehouse) if not full else {}
     todo: dict[str, tuple[int, int]] = {}
     for segment in discover(sources):
@@ -163,12 +170,17 @@ def _segment_staging(spark: SparkSession, lake: Lake, warehouse: Warehouse,
             todo[str(segment.path)] = size_and_time
     if not todo:
         return None, {}
-    splits = spark.createDataFrame([(path, 0, None) for path in todo],
-                                   "path string, start bigint, end bigint")
-    splits = splits.repartition(min(len(todo), spark.sparkContext.defaultParallelism * 4))
+    ranges = [(path, start, end) for path, (size, _) in todo.items()
+              for start, end in _ranges(split_points(Path(path), size, split_bytes))]
+    splits = spark.createDataFrame(ranges, "path string, start bigint, end bigint")
+    splits = splits.repartition(min(len(ranges), spark.sparkContext.defaultParallelism * 4))
     staging = splits.mapInArrow(partial(_ingest_task, run_id=run_id),
                                 _spark_schema(spark, bronze_rows.STAGING))
     return staging, todo
+
+
+def _ranges(starts: list[int]) -> list[tuple[int, int | None]]:
+    return [(start, end) for start, end in zip(starts, [*starts[1:], None], strict=True)]
 
 
 def _kafka_task(batches: Iterator[pa.RecordBatch], run_id: str,

@@ -63,7 +63,8 @@ def _dialect_arg(value: str) -> str | None:
 def _table_line(row: dict[str, Any]) -> str:
     error = row["error"]
     what = row["record_type"] or (row["control"] or {}).get("type") or "-"
-    body = json.dumps(row["value"] if error is None else error, ensure_ascii=False)
+    shown = error if error is not None else row["control"] or row["value"]
+    body = json.dumps(shown, ensure_ascii=False)
     key = json.dumps(row["key"], ensure_ascii=False) if row["key"] else ""
     return f"{row['partition'] if row['partition'] is not None else '-':>4} " \
            f"{row['offset'] if row['offset'] is not None else '-':>12} {what:<36} {key} {body}"
@@ -342,6 +343,52 @@ def _add_demo(sub: Any) -> None:
     command.set_defaults(func=cmd_demo)
 
 
+def cmd_quality(args: argparse.Namespace) -> int:
+    """Run the data-quality gate (Great Expectations suites) over a warehouse's gold tables.
+
+    Writes quality_results, audit_findings (rule quality_gate) and Data Docs under
+    <warehouse>/_docs/quality/. Exit 0 the gate holds, 1 it failed, 2 bad arguments.
+    """
+    from pipelines.quality import QualityArgumentError, run
+
+    try:
+        return run(args)
+    except QualityArgumentError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _add_quality(sub: Any) -> None:
+    from pipelines.quality import add_arguments
+
+    command = sub.add_parser("quality", help="run the data-quality gate over the tables",
+                             description=cmd_quality.__doc__,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(command)
+    command.set_defaults(func=cmd_quality)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write one self-contained HTML page about a warehouse: lag, redelivery, prune frontier,
+    audit findings, consumer-group offsets, with the inputs covered and finding badges."""
+    from sharestate.report import ReportError, write_report
+
+    try:
+        path = write_report(args.warehouse, args.out, backend=args.backend)
+    except ReportError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"report: {path}")
+    return EXIT_OK
+
+
+def _add_report(sub: Any) -> None:
+    command = sub.add_parser("report", help="write an HTML report of a warehouse",
+                             description=cmd_report.__doc__)
+    command.add_argument("--warehouse", required=True, help="folder holding the Delta tables")
+    command.add_argument("--out", required=True, help="HTML file to write")
+    command.add_argument("--backend", choices=("auto", "rs", "jvm"), default=None)
+    command.set_defaults(func=cmd_report)
+
+
 def _add_sources(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", nargs="+",
                         help="segment file (.log or .log.gz), partition directory or log.dirs root")
@@ -395,6 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_sql(sub)
     _add_demo(sub)
+    _add_quality(sub)
+    _add_report(sub)
     return parser
 
 

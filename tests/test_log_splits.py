@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sharestate.log import Batch, read_batches
+from sharestate.log.index import index_positions, split_points
 
 
 def _segments() -> list[bytes]:
@@ -67,3 +69,20 @@ def test_a_split_ends_after_the_batch_in_progress(tmp_path: Path) -> None:
     second = whole[1].header.position
     assert list(read_batches(io.BytesIO(segment), end_position=second - 5)) == whole[:1]
     assert list(read_batches(io.BytesIO(segment), start_position=second)) == whole[1:]
+
+
+def test_offset_index_gives_split_points(tmp_path: Path) -> None:
+    data = (conformance_dir() / "kafka-4.4-dev" / "share_replay_small.log").read_bytes()
+    segment = tmp_path / "00000000000000000000.log"
+    segment.write_bytes(data)
+    starts = _boundaries(data)
+    entries = b"".join(struct.pack(">ii", i, p) for i, p in enumerate(starts[::7]))
+    segment.with_suffix(".index").write_bytes(entries + bytes(8 * 20))  # preallocated tail
+    assert index_positions(segment.with_suffix(".index").read_bytes()) == starts[::7]
+    points = split_points(segment, len(data), 10_000)
+    assert points[0] == 0 and len(points) > 3 and set(points) <= set(starts)
+    assert all(b - a >= 10_000 for a, b in itertools.pairwise(points))
+    assert _read(data, points[1:]) == _read(data, [])
+    assert split_points(segment, len(data), len(data)) == [0]
+    segment.with_suffix(".index").unlink()
+    assert split_points(segment, len(data), 10_000) == [0]
