@@ -19,9 +19,10 @@ Executor functions live in `sharestate.tables`; these functions only plan and wr
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -322,23 +323,56 @@ def decode(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
 # -- replay ------------------------------------------------------------------------------
 
 
-def _gold_task(batches: Iterator[pa.RecordBatch], topic: str,
-               options: gold_replay.GoldOptions) -> Iterator[pa.RecordBatch]:
+def _gold_task(batches: Iterator[pa.RecordBatch], topic: str, options: gold_replay.GoldOptions,
+               history: bool, summary: bool) -> Iterator[pa.RecordBatch]:
+    """Executor side of `replay`: rows are bronze rows ordered by (partition, offset), or
+    (with `files`) one row per partition naming its bronze data files."""
     import gc
 
     gc.set_threshold(100_000, 50, 100)
-    run = gold_replay.share_gold if topic == SHARE_STATE_TOPIC else gold_replay.group_gold
-    yield from run(batches, options)
+    first = next(batches, None)
+    if first is None:
+        return
+    rows: Iterable[pa.RecordBatch] = itertools.chain([first], batches)
+    if "files" in first.schema.names:
+        rows = _file_rows(rows)
+    if topic == SHARE_STATE_TOPIC:
+        yield from gold_replay.share_gold(rows, options, history=history, summary=summary)
+    else:
+        yield from gold_replay.group_gold(rows, options)
 
 
-def _ordered_bronze(lake: Lake, warehouse: Warehouse, topic: str, partitions: int
-                    ) -> DataFrame:
+def _file_rows(tasks: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for task in tasks:
+        for row in task.to_pylist():
+            yield from gold_replay.read_partition_files(row["partition"], row["files"])
+
+
+def _bronze_by_partition(spark: SparkSession, lake: Lake, warehouse: Warehouse, topic: str
+                         ) -> DataFrame:
+    """Bronze rows of `topic` for the replay tasks, grouped by partition in offset order.
+
+    Where the backend lists the data files, each task reads its partition's files itself (no
+    shuffle); otherwise Spark reads, repartitions by partition and sorts by offset.
+    """
     from sharestate.tables.arrow_log import COLUMNS
 
-    rows = lake.read(warehouse.path("log_records")).where(
-        (F.col("topic") == topic) & (F.col("offset").isNotNull()))
-    return rows.select("partition", "dialect", *COLUMNS).repartition(
-        partitions, "partition").sortWithinPartitions("partition", "offset")
+    files = lake.active_files(warehouse.path("log_records"))
+    if files is None:
+        rows = lake.read(warehouse.path("log_records")).where(
+            (F.col("topic") == topic) & F.col("offset").isNotNull())
+        return rows.select("partition", "dialect", *COLUMNS).repartition(
+            spark.sparkContext.defaultParallelism * 2, "partition").sortWithinPartitions(
+            "partition", "offset")
+    by_partition: dict[int, list[Any]] = {}
+    for f in files:
+        if f.partition_values.get("topic") == topic and f.records:
+            by_partition.setdefault(int(f.partition_values["partition"]), []).append(f)
+    tasks = [(partition, [f.uri for f in sorted(group, key=lambda f: (
+        f.partition_values["segment"], f.min_values.get("offset") or 0))])
+        for partition, group in sorted(by_partition.items())]
+    frame = spark.createDataFrame(tasks, "partition int, files array<string>")
+    return frame.repartition(max(1, len(tasks)))
 
 
 def replay(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
@@ -348,29 +382,41 @@ def replay(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
     lake = open_lake(spark)
     warehouse.create_all(lake)
     report = RunReport("replay", run_id)
-    parallelism = spark.sparkContext.defaultParallelism * 2
     staging_schema = _spark_schema(spark, gold_replay.STAGING)
     audits: list[DataFrame] = []
     metadata = {"run": run_id, "job": "replay", "as_of": {"offset": options.as_of.offset,
                                                           "time": options.as_of.time},
                 "semantics": options.semantics}
+
+    def gold(topic: str, history: bool, summary: bool) -> DataFrame:
+        return _bronze_by_partition(spark, lake, warehouse, topic).mapInArrow(
+            partial(_gold_task, topic=topic, options=options, history=history,
+                    summary=summary), staging_schema)
+
+    # The history table is by far the largest: it is written straight from a replay pass of
+    # its own, and a second, cheap pass (no history) gives the small tables.
+    history_table = gold_replay.SHARE_GOLD[0]
+    lake.overwrite(_gold(gold(SHARE_STATE_TOPIC, True, False), history_table),
+                   warehouse.path(history_table), partitions=[{}], metadata=metadata)
+    report.rows[history_table] = table_rows(warehouse.path(history_table))
     for topic, tables in ((CONSUMER_OFFSETS_TOPIC, gold_replay.GROUP_GOLD),
-                          (SHARE_STATE_TOPIC, gold_replay.SHARE_GOLD)):
-        bronze = _ordered_bronze(lake, warehouse, topic, parallelism)
-        staged = bronze.mapInArrow(partial(_gold_task, topic=topic, options=options),
-                                   staging_schema).persist()
+                          (SHARE_STATE_TOPIC, gold_replay.SHARE_GOLD[1:])):
+        staged = gold(topic, False, True).persist()
         for name in tables:
-            if name in ("audit_findings", "share_group_lag", "redelivery"):
-                if name == "audit_findings":
-                    audits.append(_gold(staged, name))
+            if name in ("share_group_lag", "redelivery"):
+                continue  # the analytics job writes these
+            if name == "audit_findings":
+                audits.append(_gold(staged, name))
                 continue
             lake.overwrite(_gold(staged, name), warehouse.path(name), partitions=[{}],
                            metadata=metadata)
             report.rows[name] = table_rows(warehouse.path(name))
+        audit = audits[-1]
+        if topic == SHARE_STATE_TOPIC:
+            lake.overwrite(audits[0].unionByName(audit), warehouse.path("audit_findings"),
+                           partitions=[{"rule": rule} for rule in REPLAY_RULES],
+                           metadata=metadata)
         staged.unpersist()
-    audit = audits[0].unionByName(audits[1])
-    lake.overwrite(audit, warehouse.path("audit_findings"),
-                   partitions=[{"rule": rule} for rule in REPLAY_RULES], metadata=metadata)
     findings = lake.read(warehouse.path("audit_findings")).where(
         F.col("rule").isin(*REPLAY_RULES) & F.col("severity").isin("warning", "error"))
     report.findings = findings.count()

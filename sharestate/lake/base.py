@@ -103,6 +103,22 @@ class Lake(ABC):
     def properties(self, path: TablePath) -> dict[str, str]:
         """The table properties (`delta.*` ones and custom ones)."""
 
+    def active_files(self, path: TablePath) -> list[ActiveFile] | None:
+        """The table's current data files, when the backend can list them for direct reads
+        (None: read through `read()`)."""
+        return None
+
+
+@dataclass(frozen=True)
+class ActiveFile:
+    """One data file of a table's current version: where, its partition values (typed), its
+    row count and the column minimums its statistics hold."""
+
+    uri: str
+    partition_values: Mapping[str, Any]
+    records: int
+    min_values: Mapping[str, Any]
+
 
 def parse_schema(spark: SparkSession, schema: StructType | str) -> StructType:
     """`schema`, parsing a DDL string with Spark."""

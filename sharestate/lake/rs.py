@@ -31,6 +31,7 @@ from deltalake import Schema as DeltaSchema
 from deltalake.transaction import AddAction, RemoveAction
 
 from sharestate.lake.base import (
+    ActiveFile,
     Commit,
     Lake,
     TablePath,
@@ -143,6 +144,15 @@ class RsLake(Lake):
 
     def properties(self, path: TablePath) -> dict[str, str]:
         return dict(DeltaTable(_root(path)).metadata().configuration)
+
+    def active_files(self, path: TablePath) -> list[ActiveFile] | None:
+        table = self._table(path)
+        actions = pa.table(table.get_add_actions(flatten=False)).to_pylist()
+        root = _root(path)
+        return [ActiveFile(os.path.join(root, urllib.parse.unquote(a["path"])),
+                           dict(a.get("partition") or {}), int(a["num_records"] or 0),
+                           dict(a.get("min") or {}))
+                for a in actions]
 
     def _table(self, path: TablePath) -> DeltaTable:
         if not self.exists(path):

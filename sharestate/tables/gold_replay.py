@@ -143,17 +143,24 @@ class _AuditedLog:
         return _tee(self.log.batches(), self.auditor, self.as_of)
 
 
-def share_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator[pa.RecordBatch]:
-    """Gold staging batches for bronze rows of `__share_group_state` (see the module)."""
+def share_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions, *, history: bool = True,
+               summary: bool = True) -> Iterator[pa.RecordBatch]:
+    """Gold staging batches for bronze rows of `__share_group_state` (see the module).
+
+    `history` yields the history rows, `summary` every other table's; a job may replay
+    twice to write the big history table first and the small ones after, without keeping
+    the history around.
+    """
     for partition, slices in _partitions(rows):
         dialect, slices = _first_dialect(slices)
         auditor = ShareAuditor(partition)
-        log = _AuditedLog(ArrowLog(SHARE_STATE_TOPIC, partition, slices, dialect), auditor,
-                          options.as_of)
+        arrow_log = ArrowLog(SHARE_STATE_TOPIC, partition, slices, dialect)
+        log: ArrowLog | _AuditedLog = (_AuditedLog(arrow_log, auditor, options.as_of)
+                                       if summary else arrow_log)
         replay = ShareReplay(log, as_of=options.as_of, semantics=options.semantics,
                              snapshot_update_records_per_snapshot=(
                                  options.snapshot_update_records_per_snapshot),
-                             collect_history=True)
+                             collect_history=history)
         pending: list[HistoryEntry] = []
         for entries in replay.steps():
             pending.extend(entries)
@@ -164,6 +171,8 @@ def share_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator
         if pending:
             yield staged(SHARE_GOLD[0], history_batch(pending, SHARE_STATE_TOPIC, partition,
                                                       dialect))
+        if not summary:
+            continue
         result = replay.result
         context = StateContext.of(result)
         yield staged("share_partition_state", state_batch(result, partition))
@@ -193,3 +202,22 @@ def group_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator
         yield staged("audit_findings", auditor.drain())
         yield staged("share_group_partitions",
                      metadata_rows(coordinator.groups.share_partitions, partition))
+
+
+def read_partition_files(partition: int, uris: list[str]) -> Iterator[pa.RecordBatch]:
+    """Bronze rows of one topic-partition from its data files (ordered by segment and first
+    offset), with the `partition` column the gold passes group by; in offset order."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from sharestate.tables.arrow_log import COLUMNS
+
+    for uri in uris:
+        rows = pq.read_table(uri, columns=[*COLUMNS, "dialect"])
+        rows = rows.filter(pc.is_valid(rows["offset"]))
+        offsets = rows["offset"]
+        if len(offsets) > 1 and not pc.all(pc.greater(offsets[1:], offsets[:-1])).as_py():
+            rows = rows.sort_by("offset")
+        rows = rows.append_column("partition", pa.array([partition] * rows.num_rows,
+                                                        pa.int32()))
+        yield from rows.to_batches(max_chunksize=HISTORY_ROWS)
