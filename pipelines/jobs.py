@@ -109,8 +109,9 @@ def _spark_schema(spark: SparkSession, schema: pa.Schema) -> Any:
 # -- ingest ------------------------------------------------------------------------------
 
 
-def _ingest_task(batches: Iterator[pa.RecordBatch], run_id: str) -> Iterator[pa.RecordBatch]:
-    """Executor side of `ingest`: read each assigned split."""
+def _ingest_task(batches: Iterator[pa.RecordBatch], run_id: str,
+                 findings_only: bool) -> Iterator[pa.RecordBatch]:
+    """Executor side of `ingest`: read each assigned split (all rows, or the findings)."""
     import gc
 
     from sharestate.log import segment_of
@@ -120,36 +121,40 @@ def _ingest_task(batches: Iterator[pa.RecordBatch], run_id: str) -> Iterator[pa.
         for row in batch.to_pylist():
             segment = segment_of(Path(row["path"]))
             split = bronze_rows.Split(segment, row["start"], row["end"])
-            yield from bronze_rows.read_split(split, run_id)
+            yield from bronze_rows.read_split(split, run_id, findings_only=findings_only)
 
 
 def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
            run_id: str, full: bool = False,
            kafka_options: dict[str, str] | None = None) -> RunReport:
     """Segment files or a live cluster (`kafka://host:port`) -> `log_records`,
-    `decode_errors`, `ingest_runs`."""
+    `decode_errors`, `ingest_runs`.
+
+    Two passes over the input, neither cached: one writes every record, a lighter one (no
+    rows built for good records) writes the findings; what they covered is then read back
+    from the run's own rows (a few small columns).
+    """
     started = time.monotonic()
     lake = open_lake(spark)
     warehouse.create_all(lake)
     report = RunReport("ingest", run_id)
     live = [s for s in sources if s.startswith(KAFKA_SCHEME)]
     files = [s for s in sources if not s.startswith(KAFKA_SCHEME)]
-    inputs: list[tuple[DataFrame, dict[str, tuple[int, int]], str | None]] = []
     if files:
-        staging, sizes = _segment_staging(spark, lake, warehouse, files, run_id, full)
-        if staging is not None:
-            inputs.append((staging, sizes, None))
+        passes, sizes = _segment_staging(spark, lake, warehouse, files, run_id, full)
+        if passes is not None:
+            _write_bronze(spark, lake, warehouse, passes, sizes, None, run_id, report)
     for uri in live:
-        live_rows, visibility = _kafka_staging(spark, lake, warehouse, uri, run_id, full,
-                                               kafka_options or {})
-        inputs.append((live_rows, {}, visibility))
-    for rows, sizes, note in inputs:
-        _write_bronze(spark, lake, warehouse, rows.persist(), sizes, note, run_id, report)
+        live_passes, visibility = _kafka_staging(spark, lake, warehouse, uri, run_id, full,
+                                                 kafka_options or {})
+        _write_bronze(spark, lake, warehouse, live_passes, {}, visibility, run_id, report)
     report.seconds = time.monotonic() - started
     return report
 
 
 KAFKA_SCHEME = "kafka://"
+Passes = tuple[DataFrame, DataFrame]
+"""Staging rows of an input: every row, and only the rows carrying a finding."""
 
 
 SPLIT_BYTES = 64 << 20
@@ -159,7 +164,7 @@ SPLIT_BYTES = 64 << 20
 def _segment_staging(spark: SparkSession, lake: Lake, warehouse: Warehouse,
                      sources: Sequence[str], run_id: str, full: bool,
                      split_bytes: int = SPLIT_BYTES
-                     ) -> tuple[DataFrame | None, dict[str, tuple[int, int]]]:
+                     ) -> tuple[Passes | None, dict[str, tuple[int, int]]]:
     """Staging rows of the new or changed segments, read on executors: one task per file,
     or per byte range between offset-index positions for large segments."""
     seen = _ingested(lake, warehouse) if not full else {}
@@ -175,9 +180,11 @@ def _segment_staging(spark: SparkSession, lake: Lake, warehouse: Warehouse,
               for start, end in _ranges(split_points(Path(path), size, split_bytes))]
     splits = spark.createDataFrame(ranges, "path string, start bigint, end bigint")
     splits = splits.repartition(min(len(ranges), spark.sparkContext.defaultParallelism * 4))
-    staging = splits.mapInArrow(partial(_ingest_task, run_id=run_id),
-                                _spark_schema(spark, bronze_rows.STAGING))
-    return staging, todo
+    schema = _spark_schema(spark, bronze_rows.STAGING)
+    return (splits.mapInArrow(partial(_ingest_task, run_id=run_id, findings_only=False),
+                              schema),
+            splits.mapInArrow(partial(_ingest_task, run_id=run_id, findings_only=True),
+                              schema)), todo
 
 
 def _ranges(starts: list[int]) -> list[tuple[int, int | None]]:
@@ -189,8 +196,12 @@ def _kafka_task(batches: Iterator[pa.RecordBatch], run_id: str,
     yield from bronze_rows.consumer_rows(batches, run_id, source)
 
 
+def _findings(rows: DataFrame) -> DataFrame:
+    return rows.where(F.col("finding_kind").isNotNull())
+
+
 def _kafka_staging(spark: SparkSession, lake: Lake, warehouse: Warehouse, uri: str,
-                   run_id: str, full: bool, extra: dict[str, str]) -> tuple[DataFrame, str]:
+                   run_id: str, full: bool, extra: dict[str, str]) -> tuple[Passes, str]:
     """Staging rows read from a live cluster, from where the last run's chunks began."""
     from dataclasses import replace
 
@@ -212,7 +223,7 @@ def _kafka_staging(spark: SparkSession, lake: Lake, warehouse: Warehouse, uri: s
     raw = spark.read.format(NAME).options(**options).options(**plan.offsets_options()).load()
     staging = raw.mapInArrow(partial(_kafka_task, run_id=run_id, source=uri),
                              _spark_schema(spark, bronze_rows.STAGING))
-    return staging, str(plan.metadata()["visibility"])
+    return (staging, _findings(staging)), str(plan.metadata()["visibility"])
 
 
 def _covered_offsets(lake: Lake, warehouse: Warehouse, source: str
@@ -223,50 +234,55 @@ def _covered_offsets(lake: Lake, warehouse: Warehouse, source: str
             runs.groupBy("topic", "partition").agg(F.max("last_offset").alias("last")).collect()}
 
 
-def _write_bronze(spark: SparkSession, lake: Lake, warehouse: Warehouse, staging: DataFrame,
+def _write_bronze(spark: SparkSession, lake: Lake, warehouse: Warehouse, passes: Passes,
                   sizes: dict[str, tuple[int, int]], note: str | None, run_id: str,
                   report: RunReport) -> None:
-    """Write one staging DataFrame to the bronze tables and record the run."""
-    try:
-        covered = [row.asDict() for row in staging.groupBy("source", "topic", "partition",
-                                                            "segment").agg(
-            F.min("offset").alias("first_offset"), F.max("offset").alias("last_offset"),
-            F.sum(F.when(F.col("row_kind") == "record", 1).otherwise(0)).alias("records"),
-            F.sum(F.when(F.col("finding_kind").isNotNull(), 1).otherwise(0)).alias(
-                "findings")).collect()]
-        if not covered:
-            return
-        specs = [{"topic": c["topic"], "partition": c["partition"], "segment": c["segment"]}
-                 for c in covered]
-        metadata = {"run": run_id, "inputs": covered, "note": note}
-        records = staging.where(F.col("row_kind") == "record").select(
-            *table("log_records").names)
-        lake.overwrite(_conform(records, "log_records"), warehouse.path("log_records"),
-                       partitions=specs, metadata=metadata)
-        errors = staging.where(F.col("finding_kind").isNotNull()).select(
-            "source", "topic", "partition", "segment", "offset", "position",
-            F.col("finding_kind").alias("kind"), F.col("finding_message").alias("message"),
-            "raw", "raw_length", "ingest_run")
-        lake.overwrite(_conform(errors, "decode_errors"), warehouse.path("decode_errors"),
-                       partitions=specs, metadata=metadata)
-        finished = int(time.time() * 1000)
-        runs = [{"ingest_run": run_id, "job": "ingest", "source": c["source"],
-                 "source_kind": "kafka" if note else "segments", "topic": c["topic"],
-                 "partition": c["partition"], "segment": c["segment"],
-                 "first_offset": c["first_offset"], "last_offset": c["last_offset"],
-                 "bytes": sizes.get(c["source"], (None, None))[0], "records": c["records"],
-                 "findings": c["findings"], "modified_ms": sizes.get(c["source"],
-                                                                     (None, None))[1],
-                 "note": note, "finished_at": finished} for c in covered]
+    """Write one input's two passes to the bronze tables and record what the run covered."""
+    everything, findings = passes
+    records = everything.where(F.col("row_kind") == "record").select(
+        *table("log_records").names)
+    meta = {"run": run_id, "note": note}
+    lake.overwrite(_conform(records, "log_records"), warehouse.path("log_records"),
+                   metadata=meta)
+    errors = _findings(findings).select(
+        "source", "topic", "partition", "segment", "offset", "position",
+        F.col("finding_kind").alias("kind"), F.col("finding_message").alias("message"),
+        "raw", "raw_length", "ingest_run").persist()  # findings are few: cache them
+    written = lake.read(warehouse.path("log_records")).where(F.col("ingest_run") == run_id)
+    covered = [r.asDict() for r in written.groupBy("source", "topic", "partition", "segment")
+               .agg(F.min("offset").alias("first_offset"), F.max("offset").alias("last_offset"),
+                    F.count(F.lit(1)).alias("records")).collect()]
+    for row in errors.select("source", "topic", "partition", "segment").distinct().collect():
+        if not any((c["source"], c["segment"]) == (row["source"], row["segment"])
+                   for c in covered):  # a segment with findings but no readable record
+            covered.append({**row.asDict(), "first_offset": None, "last_offset": None,
+                            "records": 0})
+    # Every segment read is replaced, so one whose findings are gone loses the old ones.
+    specs = [{"topic": c["topic"], "partition": c["partition"], "segment": c["segment"]}
+             for c in covered]
+    lake.overwrite(_conform(errors, "decode_errors"), warehouse.path("decode_errors"),
+                   partitions=specs, metadata=meta)
+    errors.unpersist()
+    counts = {(r["source"], r["segment"]): r["count"] for r in
+              lake.read(warehouse.path("decode_errors")).where(F.col("ingest_run") == run_id)
+              .groupBy("source", "segment").count().collect()}
+    finished = int(time.time() * 1000)
+    runs = [{"ingest_run": run_id, "job": "ingest", "source": c["source"],
+             "source_kind": "kafka" if note else "segments", "topic": c["topic"],
+             "partition": c["partition"], "segment": c["segment"],
+             "first_offset": c["first_offset"], "last_offset": c["last_offset"],
+             "bytes": sizes.get(c["source"], (None, None))[0], "records": c["records"],
+             "findings": counts.get((c["source"], c["segment"]), 0),
+             "modified_ms": sizes.get(c["source"], (None, None))[1], "note": note,
+             "finished_at": finished} for c in covered]
+    if runs:
         lake.append(_rows(spark, runs, "ingest_runs"), warehouse.path("ingest_runs"),
-                    metadata=metadata)
-        report.rows["log_records"] = report.rows.get("log_records", 0) + sum(
-            c["records"] for c in covered)
-        report.rows["decode_errors"] = report.rows.get("decode_errors", 0) + sum(
-            c["findings"] for c in covered)
-        report.findings += sum(c["findings"] for c in covered)
-    finally:
-        staging.unpersist()
+                    metadata={**meta, "inputs": len(runs)})
+    report.rows["log_records"] = report.rows.get("log_records", 0) + sum(
+        c["records"] for c in covered)
+    found = sum(counts.values())
+    report.rows["decode_errors"] = report.rows.get("decode_errors", 0) + found
+    report.findings += found
 
 
 def _ingested(lake: Lake, warehouse: Warehouse) -> dict[str, tuple[int, int]]:

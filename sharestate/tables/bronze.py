@@ -97,6 +97,20 @@ class _Chunk:
             if finding.kind != "crc_mismatch":
                 self.add_finding(finding, batch)
 
+    def add_findings_of(self, batch: Batch, decoded: list[Any]) -> None:
+        """Only the rows of `batch` that carry a finding."""
+        header = batch.header
+        crc = next((f for f in batch.findings if f.kind == "crc_mismatch"), None)
+        bad = [i for i, d in enumerate(decoded) if crc is not None or isinstance(d, Finding)
+               or (isinstance(d, KeyValue) and d.error is not None)]
+        if bad:
+            self.add_records([batch.records[i] for i in bad], [decoded[i] for i in bad],
+                             {name: header[index] for name, index in _HEADER_COLUMNS}, None,
+                             crc)
+        for finding in batch.findings:
+            if finding.kind != "crc_mismatch":
+                self.add_finding(finding, batch)
+
     def add_records(self, records: list[RawRecord], decoded: list[Any],
                     header_values: dict[str, Any], timestamp_types: list[Any] | None,
                     crc: Finding | None = None) -> None:
@@ -166,8 +180,13 @@ _ROW_COLUMNS = ("offset", "timestamp", "key", "value", "record_type_id", "record
 
 
 def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
-               rows_per_batch: int = ROWS_PER_BATCH) -> Iterator[pa.RecordBatch]:
-    """Stream one split as staging record batches (see the module docstring)."""
+               rows_per_batch: int = ROWS_PER_BATCH,
+               findings_only: bool = False) -> Iterator[pa.RecordBatch]:
+    """Stream one split as staging record batches (see the module docstring).
+
+    `findings_only` yields just the rows that carry a finding (what `decode_errors` gets),
+    skipping the work of building the rows of every good record.
+    """
     segment = split.segment
     if detection is None:
         detection = detect_segment(segment)
@@ -181,11 +200,15 @@ def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
         for item in read_batches(stream, start_position=split.start, end_position=split.end):
             if isinstance(item, Finding):
                 chunk.add_finding(item)
-            elif item.header.is_control:
-                chunk.add_batch(item, [parse_control(r, item.header) for r in item.records])
             else:
-                chunk.add_batch(item, decode_key_values(schemas, detection.topic,
-                                                        item.records))
+                decoded: list[Any] = (
+                    [parse_control(r, item.header) for r in item.records]
+                    if item.header.is_control
+                    else decode_key_values(schemas, detection.topic, item.records))
+                if findings_only:
+                    chunk.add_findings_of(item, decoded)
+                else:
+                    chunk.add_batch(item, decoded)
             if chunk.size >= rows_per_batch:
                 yield chunk.batch(constant)
                 chunk = _Chunk()
