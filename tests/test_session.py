@@ -37,6 +37,9 @@ def conf_file(tmp_path: Path) -> Path:
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     conf = tmp_path_factory.mktemp("conf") / "spark-defaults.conf"
     conf.write_text("spark.sql.shuffle.partitions 3\nspark.sharestate.lake.backend rs\n")
+    active = SparkSession.getActiveSession()
+    if active is not None:  # an earlier module's session: this test needs a fresh JVM's conf
+        active.stop()
     session = build_session("test-session", conf_file=conf, ui=False,
                             conf={"spark.sql.shuffle.partitions": "5"})
     yield session
