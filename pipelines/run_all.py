@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 JOBS = ("ingest", "decode", "replay", "analytics")
+QUALITY = "quality"
+"""The data-quality gate: not in JOBS; run it as `run(args, (*JOBS, QUALITY))`,
+`pipelines/quality.py` or `sharestate quality`."""
 
 
 class ArgumentError(Exception):
@@ -134,6 +137,11 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
             reports.append(pipeline.decode(spark, warehouse, run_id=run_id))
         elif job == "replay":
             reports.append(pipeline.replay(spark, warehouse, run_id=run_id, options=gold))
+        elif job == QUALITY:
+            from pipelines.quality import quality_job
+
+            reports.append(quality_job(spark, warehouse, run_id=run_id,
+                                       delivery_limit=args.delivery_limit))
         else:
             reports.append(pipeline.analytics(spark, warehouse, run_id=run_id, inputs=inputs))
     for report in reports:

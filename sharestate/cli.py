@@ -347,7 +347,8 @@ def cmd_quality(args: argparse.Namespace) -> int:
     """Run the data-quality gate (Great Expectations suites) over a warehouse's gold tables.
 
     Writes quality_results, audit_findings (rule quality_gate) and Data Docs under
-    <warehouse>/_docs/quality/. Exit 0 the gate holds, 1 it failed, 2 bad arguments.
+    <warehouse>/_docs/quality/. Exit 0 the gate holds, 1 it failed, 2 bad arguments,
+    3 it could not run.
     """
     from pipelines.quality import QualityArgumentError, run
 

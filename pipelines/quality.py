@@ -1,0 +1,187 @@
+"""The data-quality gate as a job: `spark-submit pipelines/quality.py --warehouse DIR`.
+
+Runs the Great Expectations suites of `sharestate.quality` over the gold tables, appends
+one `quality_results` row per check, replaces the `quality_gate` partition of
+`audit_findings` with one finding per failed check, and writes GE Data Docs to
+`<warehouse>/_docs/quality/` (index.html). `sharestate quality` calls the same code; so
+does `run_all` for the job name `quality`.
+
+Exit status: 0 the gate holds, 1 a check at or above `--fail-on` failed (error: only
+error-severity checks count; warning: warnings too), 2 bad arguments or settings, 3 the gate
+could not run (an unexpected error, traceback on stderr): retry it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sharestate.quality import ConfigError, GateResult, QualityConfig, load_config, run_gate
+from sharestate.quality.config import SEVERITIES
+from sharestate.quality.records import RULE, audit_rows, result_rows
+from sharestate.quality.suites import suites
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from pipelines.jobs import RunReport, Warehouse
+
+EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_CRASHED = 0, 1, 2, 3
+DOCS = Path("_docs") / "quality"
+"""Where the Data Docs go, under the warehouse."""
+RESULTS, AUDIT = "quality_results", "audit_findings"
+
+
+class QualityArgumentError(Exception):
+    """A bad argument or settings file: one line, exit 2."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The gate's arguments (shared by spark-submit and `sharestate quality`)."""
+    p.add_argument("--warehouse", required=True, help="folder holding the Delta tables")
+    p.add_argument("--fail-on", choices=SEVERITIES, default=None,
+                   help="fail on error checks only, or on warnings too "
+                        "(default: fail_on of the settings file, else error)")
+    p.add_argument("--config", metavar="FILE",
+                   help="gate settings (default: $SHARESTATE_QUALITY_CONF or conf/quality.toml)")
+    p.add_argument("--acknowledgements", metavar="FILE",
+                   help="accepted decode errors (default: the one the settings name)")
+    p.add_argument("--delivery-limit", type=int, default=None,
+                   help="group.share.delivery.count.limit (default: the settings')")
+    p.add_argument("--table", action="append", default=None, metavar="NAME",
+                   help="validate only this gold table's suites (repeatable)")
+    p.add_argument("--no-docs", action="store_true", help="do not build the Data Docs")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="Spark setting (repeatable)")
+    p.add_argument("--master", help="Spark master (default: the session's, local[2] here)")
+    p.add_argument("--backend", choices=("auto", "rs", "jvm"), default=None,
+                   help="Delta backend (default: spark.sharestate.lake.backend, else auto)")
+
+
+def settings(args: argparse.Namespace) -> QualityConfig:
+    """The gate settings the arguments ask for."""
+    try:
+        return load_config(args.config, acknowledgements=args.acknowledgements) \
+            .with_overrides(fail_on=args.fail_on, delivery_count_limit=args.delivery_limit)
+    except ConfigError as exc:
+        raise QualityArgumentError(str(exc)) from None
+
+
+def quality(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
+            config: QualityConfig, tables: Sequence[str] | None = None,
+            docs: bool = True) -> tuple[RunReport, GateResult]:
+    """Run the gate and write its tables; the report counts the failures that block."""
+    import great_expectations as gx
+
+    from pipelines.jobs import RunReport
+    from sharestate.lake import open_lake
+    from sharestate.tables.spec import table
+
+    started = time.monotonic()
+    lake = open_lake(spark)
+    for name in (RESULTS, AUDIT):
+        spec = table(name)
+        lake.create(warehouse.path(name), spec.ddl(), partition_by=list(spec.partition_by),
+                    properties={"sharestate.layer": spec.layer, "sharestate.grain": spec.grain,
+                                "sharestate.cluster_by": ",".join(spec.cluster_by)})
+    gate = run_gate(spark, warehouse.root, config, run_id=run_id, tables=tables,
+                    docs_dir=warehouse.root / DOCS if docs else None)
+    metadata = {"run": run_id, "job": "quality"}
+    lake.append(_frame(spark, result_rows(gate, gx.__version__), RESULTS),
+                warehouse.path(RESULTS), metadata=metadata)
+    lake.overwrite(_frame(spark, audit_rows(gate), AUDIT), warehouse.path(AUDIT),
+                   partitions=[{"rule": RULE}], metadata=metadata)
+    report = RunReport("quality", run_id, rows={RESULTS: len(gate.results)},
+                       findings=len(gate.failed()))
+    report.seconds = time.monotonic() - started
+    return report, gate
+
+
+def quality_job(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
+                delivery_limit: int | None = None) -> RunReport:
+    """The `quality` job of run_all: default settings, the run's delivery limit."""
+    from pipelines.run_all import ArgumentError
+
+    try:
+        config = load_config().with_overrides(delivery_count_limit=delivery_limit)
+    except ConfigError as exc:
+        raise ArgumentError(str(exc)) from None
+    return quality(spark, warehouse, run_id=run_id, config=config)[0]
+
+
+def _frame(spark: SparkSession, rows: list[dict[str, Any]], name: str) -> DataFrame:
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from sharestate.tables.spec import table
+
+    arrow = pa.Table.from_pylist(rows, schema=table(name).arrow_schema())
+    return spark.createDataFrame(arrow.to_pandas(), from_arrow_schema(arrow.schema))
+
+
+def summary(gate: GateResult) -> list[str]:
+    """What to print: each failed check, then the verdict."""
+    blocking = {id(r) for r in gate.failed()}
+    lines = [f"{'FAIL' if id(r) in blocking else 'warn'} [{r.severity}] {r.summary()}"
+             for r in gate.results if not r.success]
+    passed = sum(r.success for r in gate.results)
+    verdict = "passed" if gate.passed else "FAILED"
+    lines.append(f"quality gate {verdict} (fail on {gate.config.fail_on}): {passed} of "
+                 f"{len(gate.results)} checks passed; results in {RESULTS} "
+                 f"(run {gate.run_id})")
+    if gate.docs_index is not None:
+        lines.append(f"data docs: {gate.docs_index}")
+    return lines
+
+
+def run(args: argparse.Namespace, *,
+        spark_factory: Callable[..., SparkSession] | None = None) -> int:
+    """Run the gate with a session built from `args`; print the summary; exit status."""
+    from pipelines.jobs import Warehouse, new_run_id
+    from pipelines.session import build_session
+    from sharestate.lake import find_tables
+
+    config = settings(args)
+    known = sorted({suite.table for suite in suites(config)})
+    unknown = sorted(set(args.table or ()) - set(known))
+    if unknown:
+        raise QualityArgumentError(f"no suites for {', '.join(unknown)} "
+                                   f"(tables with suites: {', '.join(known)})")
+    if not find_tables(args.warehouse):
+        raise QualityArgumentError(f"no Delta tables under {args.warehouse}")
+    conf = dict(item.split("=", 1) for item in args.conf if "=" in item)
+    if args.backend:
+        conf["spark.sharestate.lake.backend"] = args.backend
+    try:
+        spark = (spark_factory or build_session)("sharestate-quality", master=args.master,
+                                                 conf=conf, ui=False)
+        _report, gate = quality(spark, Warehouse(Path(args.warehouse)), run_id=new_run_id(),
+                                config=config, tables=args.table, docs=not args.no_docs)
+    except Exception as exc:  # not a verdict on the data: say so with a distinct status
+        traceback.print_exc()
+        print(f"sharestate: error: the quality gate could not run: {exc}", file=sys.stderr)
+        return EXIT_CRASHED
+    for line in summary(gate):
+        print(line)
+    return EXIT_PASSED if gate.passed else EXIT_FAILED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point for `spark-submit pipelines/quality.py`."""
+    parser = argparse.ArgumentParser(prog="pipelines/quality.py",
+                                     description="sharestate data-quality gate.")
+    add_arguments(parser)
+    try:
+        return run(parser.parse_args(argv))
+    except QualityArgumentError as exc:
+        print(f"sharestate: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""`sharestate report`: one self-contained HTML page about a warehouse.
+
+    write_report("warehouse", "report.html")
+
+The page has a header (when the pipeline last ran, red/amber/green badges for audit
+findings, the quality gate and decode errors), counts, what needs attention, plotly charts
+(lag over time per share group, delivery-count histogram, redelivery hot spots, the prune
+frontier per state partition with what holds it back, consumer-group offset history) and
+tables (audit findings, inputs covered from `ingest_runs`, prune recommendations, the
+latest quality-gate results). plotly.js is inlined: the page needs no network.
+
+- `data`: the Spark SQL queries, reduced to small pandas frames;
+- `charts`: the plotly figures;
+- `page`: the HTML.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+class ReportError(Exception):
+    """The warehouse cannot be reported on (no tables) or the page cannot be written."""
+
+
+def write_report(warehouse: str | Path, out: str | Path, *, backend: str | None = None,
+                 spark: SparkSession | None = None) -> Path:
+    """Render the report of `warehouse` into `out`; return its path."""
+    from sharestate.lake import find_tables
+    from sharestate.report.data import load
+    from sharestate.report.page import render
+
+    if not find_tables(warehouse):
+        raise ReportError(f"no Delta tables under {warehouse}")
+    if spark is None:
+        from pipelines.session import build_session
+
+        spark = build_session("sharestate-report", ui=False,
+                              conf={"spark.sharestate.lake.backend": backend} if backend else {})
+    page = render(load(spark, str(Path(warehouse).resolve())))
+    target = Path(out)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise ReportError(f"cannot write {target}: {exc.strerror}") from None
+    return target

@@ -1,0 +1,189 @@
+"""What the report shows, read from a warehouse with Spark SQL and reduced to small frames.
+
+Every query aggregates in Spark; only the results (a few hundred rows at most) come back
+as pandas frames. A table the warehouse lacks yields an empty frame, and the page says so.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+TIME_BUCKETS = 90
+TOP_SERIES = 12
+TOP_HOT_SPOTS = 15
+
+# Lag of one history row, as a lower bound from the state alone: the end offset is taken
+# as the offset after the last in-flight record (Kafka: end - SPSO - delivery-complete).
+_LAG_LOWER_BOUND = """
+    CASE WHEN deleted OR start_offset IS NULL OR start_offset < 0 THEN 0 ELSE
+      greatest(coalesce(array_max(transform(state_batches, b -> b.last_offset)) + 1,
+                        start_offset), start_offset)
+      - start_offset
+      - CASE WHEN delivery_complete_count IS NULL OR delivery_complete_count < 0 THEN
+          aggregate(filter(state_batches, b -> b.last_offset >= start_offset
+                                               AND b.delivery_state IN (2, 4)),
+                    0L, (acc, b) -> acc + b.last_offset
+                                    - greatest(b.first_offset, start_offset) + 1)
+        ELSE delivery_complete_count END
+    END"""
+
+QUERIES: dict[str, str] = {
+    "lag_over_time": f"""
+        WITH rows AS (
+          SELECT group_id, topic_id, partition, record_offset, state_partition,
+                 timestamp, {_LAG_LOWER_BOUND} AS lag
+          FROM share_partition_state_history WHERE timestamp IS NOT NULL),
+        span AS (SELECT min(timestamp) AS t0,
+                        greatest(max(timestamp) - min(timestamp), 1) AS width FROM rows),
+        bucketed AS (
+          SELECT r.*, least(CAST(floor((timestamp - t0) * {TIME_BUCKETS} / width) AS INT),
+                            {TIME_BUCKETS} - 1) AS bucket
+          FROM rows r CROSS JOIN span),
+        last_in_bucket AS (
+          SELECT group_id, topic_id, partition, bucket,
+                 max_by(lag, struct(record_offset, state_partition)) AS lag
+          FROM bucketed GROUP BY group_id, topic_id, partition, bucket),
+        grid AS (
+          SELECT k.group_id, k.topic_id, k.partition, b.bucket
+          FROM (SELECT DISTINCT group_id, topic_id, partition FROM rows) k
+          CROSS JOIN (SELECT explode(sequence(0, {TIME_BUCKETS} - 1)) AS bucket) b),
+        filled AS (
+          SELECT g.group_id, g.bucket,
+                 last(l.lag, true) OVER (PARTITION BY g.group_id, g.topic_id, g.partition
+                                         ORDER BY g.bucket) AS lag
+          FROM grid g LEFT JOIN last_in_bucket l
+            ON g.group_id = l.group_id AND g.topic_id = l.topic_id
+           AND g.partition = l.partition AND g.bucket = l.bucket)
+        SELECT group_id, bucket, t0 + CAST((bucket + 1) * width / {TIME_BUCKETS} AS BIGINT)
+                 AS time_ms, sum(coalesce(lag, 0)) AS lag, count(lag) AS partitions
+        FROM filled CROSS JOIN span GROUP BY group_id, bucket, t0, width
+        ORDER BY group_id, bucket""",
+    "current_lag": """
+        SELECT group_id, sum(lag) AS lag, max(as_of_timestamp) AS time_ms,
+               bool_or(lag_is_lower_bound) AS lower_bound, count(*) AS partitions
+        FROM share_group_lag GROUP BY group_id ORDER BY group_id""",
+    "delivery_counts": """
+        SELECT b.delivery_count, b.delivery_state,
+               sum(b.last_offset - greatest(b.first_offset, s.start_offset) + 1) AS records
+        FROM share_partition_state s LATERAL VIEW explode(s.state_batches) t AS b
+        WHERE b.last_offset >= s.start_offset
+        GROUP BY b.delivery_count, b.delivery_state ORDER BY 1, 2""",
+    "hot_spots": f"""
+        SELECT r.group_id, coalesce(l.topic, r.topic_id) AS topic, r.partition,
+               sum(CASE WHEN r.delivery_count >= 2 THEN r.records ELSE 0 END) AS redelivered,
+               sum(CASE WHEN r.delivery_state = 4 AND NOT r.poison THEN r.records ELSE 0 END)
+                 AS archived,
+               sum(CASE WHEN r.poison THEN r.records ELSE 0 END) AS poison,
+               max(r.delivery_count) AS max_delivery_count, count(*) AS ranges
+        FROM redelivery r LEFT JOIN share_group_lag l
+          ON r.group_id = l.group_id AND r.topic_id = l.topic_id AND r.partition = l.partition
+        GROUP BY r.group_id, coalesce(l.topic, r.topic_id), r.partition
+        ORDER BY redelivered + poison DESC, archived DESC, max_delivery_count DESC
+        LIMIT {TOP_HOT_SPOTS}""",
+    "prune": """
+        SELECT state_partition, prune_offset, log_start_offset, log_end_offset,
+               reclaimable_records, reclaimable_bytes, cold_snapshot_prune_offset,
+               cold_snapshot_reclaimable_records, cold_snapshot_reclaimable_bytes, live_keys,
+               size(holding) AS holding_keys
+        FROM prune_recommendations ORDER BY state_partition""",
+    "holding": """
+        SELECT state_partition, h.group_id, h.topic_id, h.partition, h.last_snapshot_offset,
+               h.write_timestamp
+        FROM prune_recommendations LATERAL VIEW explode(holding) t AS h
+        ORDER BY state_partition, h.last_snapshot_offset LIMIT 50""",
+    "findings": """
+        SELECT rule, severity, count(*) AS findings, min(offset) AS first_offset,
+               max(offset) AS last_offset,
+               min_by(message, coalesce(offset, 9223372036854775807)) AS example,
+               count(DISTINCT group_id) AS groups
+        FROM audit_findings GROUP BY rule, severity
+        ORDER BY CASE severity WHEN 'error' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END,
+                 findings DESC""",
+    "serious_findings": """
+        SELECT rule, severity, topic, partition, offset, group_id, share_partition, message
+        FROM audit_findings WHERE severity IN ('error', 'warning') AND rule <> 'quality_gate'
+        ORDER BY CASE severity WHEN 'error' THEN 0 ELSE 1 END, rule, topic, partition, offset
+        LIMIT 40""",
+    "offsets": f"""
+        WITH series AS (
+          SELECT group_id, topic, partition, count(*) AS commits
+          FROM consumer_group_offsets GROUP BY group_id, topic, partition
+          ORDER BY commits DESC, group_id, topic, partition LIMIT {TOP_SERIES})
+        SELECT o.group_id, o.topic, o.partition, o.record_offset, o.event,
+               o.committed_offset, o.commit_timestamp AS time_ms, o.txn_outcome
+        FROM consumer_group_offsets o JOIN series s USING (group_id, topic, partition)
+        WHERE o.commit_timestamp IS NOT NULL AND o.committed_offset IS NOT NULL
+        ORDER BY o.group_id, o.topic, o.partition, o.record_offset""",
+    "inputs": """
+        SELECT topic, count(DISTINCT partition) AS partitions,
+               count(DISTINCT concat(partition, '/', segment)) AS segments,
+               min(first_offset) AS first_offset, max(last_offset) AS last_offset,
+               sum(records) AS records, sum(bytes) AS bytes, sum(findings) AS findings,
+               max(finished_at) AS finished_at, count(DISTINCT ingest_run) AS runs
+        FROM ingest_runs GROUP BY topic ORDER BY topic""",
+    "last_run": """
+        SELECT ingest_run, finished_at FROM ingest_runs ORDER BY finished_at DESC LIMIT 1""",
+    "quality": """
+        SELECT run_id, run_at, suite, check, severity, success, blocking, unexpected, rows,
+               description, docs_index,
+               CASE WHEN success THEN 'passed' WHEN blocking THEN 'failed' ELSE 'failed (not '
+                    || 'blocking)' END AS outcome
+        FROM quality_results WHERE run_id = (SELECT max_by(run_id, run_at) FROM quality_results)
+        ORDER BY success, suite, check""",
+}
+
+COUNTS: dict[str, str] = {
+    "share-partitions": "SELECT count(*) FROM share_partition_state",
+    "share groups": "SELECT count(DISTINCT group_id) FROM share_partition_state",
+    "state records": "SELECT count(*) FROM share_partition_state_history",
+    "offset commits": "SELECT count(*) FROM consumer_group_offsets",
+    "redelivered ranges": "SELECT count(*) FROM redelivery WHERE delivery_count >= 2",
+    "poison ranges": "SELECT count(*) FROM redelivery WHERE poison",
+    "decode errors": "SELECT count(*) FROM decode_errors",
+}
+
+
+@dataclass
+class ReportData:
+    """The frames and figures the page is made of (frames are pandas DataFrames)."""
+
+    warehouse: str
+    generated_ms: int
+    frames: dict[str, Any] = field(default_factory=dict)
+    counts: dict[str, int | None] = field(default_factory=dict)
+    missing: set[str] = field(default_factory=set)
+    """Tables the warehouse does not have."""
+
+
+def load(spark: SparkSession, warehouse: str) -> ReportData:
+    """Run every query over the warehouse's tables (registered as views)."""
+    import pandas as pd
+
+    from sharestate.lake import register_views
+    from sharestate.tables.spec import table_names
+
+    views = set(register_views(spark, warehouse))
+    data = ReportData(warehouse, int(time.time() * 1000),
+                      missing={name for name in table_names() if name not in views})
+    for name, query in QUERIES.items():
+        data.frames[name] = (spark.sql(query).toPandas() if _tables_of(query) <= views
+                             else pd.DataFrame())
+    for name, query in COUNTS.items():
+        data.counts[name] = (int(spark.sql(query).collect()[0][0])
+                             if _tables_of(query) <= views else None)
+    return data
+
+
+def _tables_of(query: str) -> set[str]:
+    """The warehouse tables a query reads (words after FROM / JOIN that name tables)."""
+    from sharestate.tables.spec import table_names
+
+    words = query.replace("(", " ").replace(")", " ").split()
+    return {w for before, w in itertools.pairwise(words)
+            if before.upper() in ("FROM", "JOIN") and w in table_names()}
