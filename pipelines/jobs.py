@@ -19,10 +19,9 @@ Executor functions live in `sharestate.tables`; these functions only plan and wr
 
 from __future__ import annotations
 
-import itertools
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -37,15 +36,14 @@ from sharestate.analytics.audit import cross_topic_rows
 from sharestate.analytics.lag import FILE, lag_rows
 from sharestate.analytics.redelivery import redelivery_rows
 from sharestate.coordinator.share_state import ShareKey
-from sharestate.lake import Lake, open_lake
+from sharestate.lake import ActiveFile, Lake, Produce, Target, open_lake
 from sharestate.log import discover
 from sharestate.log.index import split_points
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.tables import bronze as bronze_rows
-from sharestate.tables import gold_replay
+from sharestate.tables import gold_replay, tasks
 from sharestate.tables.gold import states_from_rows
 from sharestate.tables.metadata import metadata_from_rows
-from sharestate.tables.silver import group_rows, share_state_rows
 from sharestate.tables.spec import table, table_names
 
 REPLAY_RULES = ("epoch_regression", "spso_regression", "state_epoch_bump",
@@ -109,30 +107,14 @@ def _spark_schema(spark: SparkSession, schema: pa.Schema) -> Any:
 # -- ingest ------------------------------------------------------------------------------
 
 
-def _ingest_task(batches: Iterator[pa.RecordBatch], run_id: str,
-                 findings_only: bool) -> Iterator[pa.RecordBatch]:
-    """Executor side of `ingest`: read each assigned split (all rows, or the findings)."""
-    import gc
-
-    from sharestate.log import segment_of
-
-    gc.set_threshold(100_000, 50, 100)
-    for batch in batches:
-        for row in batch.to_pylist():
-            segment = segment_of(Path(row["path"]))
-            split = bronze_rows.Split(segment, row["start"], row["end"])
-            yield from bronze_rows.read_split(split, run_id, findings_only=findings_only)
-
-
 def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
            run_id: str, full: bool = False,
            kafka_options: dict[str, str] | None = None) -> RunReport:
     """Segment files or a live cluster (`kafka://host:port`) -> `log_records`,
     `decode_errors`, `ingest_runs`.
 
-    Two passes over the input, neither cached: one writes every record, a lighter one (no
-    rows built for good records) writes the findings; what they covered is then read back
-    from the run's own rows (a few small columns).
+    One pass over the input: each task reads its split and writes both bronze tables; what
+    the run covered is then read back from its own rows (a few small columns).
     """
     started = time.monotonic()
     lake = open_lake(spark)
@@ -141,32 +123,30 @@ def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
     live = [s for s in sources if s.startswith(KAFKA_SCHEME)]
     files = [s for s in sources if not s.startswith(KAFKA_SCHEME)]
     if files:
-        passes, sizes = _segment_staging(spark, lake, warehouse, files, run_id, full)
-        if passes is not None:
-            _write_bronze(spark, lake, warehouse, passes, sizes, None, run_id, report)
+        splits, sizes = _segment_splits(spark, lake, warehouse, files, full)
+        if splits is not None:
+            _write_bronze(spark, lake, warehouse, splits,
+                          partial(tasks.ingest_splits, run_id=run_id), sizes, None, run_id,
+                          report)
     for uri in live:
-        live_passes, visibility = _kafka_staging(spark, lake, warehouse, uri, run_id, full,
-                                                 kafka_options or {})
-        _write_bronze(spark, lake, warehouse, live_passes, {}, visibility, run_id, report)
+        raw, visibility = _kafka_raw(spark, lake, warehouse, uri, full, kafka_options or {})
+        _write_bronze(spark, lake, warehouse, raw,
+                      partial(tasks.ingest_consumed, run_id=run_id, source=uri), {},
+                      visibility, run_id, report)
     report.seconds = time.monotonic() - started
     return report
 
 
 KAFKA_SCHEME = "kafka://"
-Passes = tuple[DataFrame, DataFrame]
-"""Staging rows of an input: every row, and only the rows carrying a finding."""
-
-
 SPLIT_BYTES = 64 << 20
 """Segments larger than this are read in several tasks where an offset index allows."""
 
 
-def _segment_staging(spark: SparkSession, lake: Lake, warehouse: Warehouse,
-                     sources: Sequence[str], run_id: str, full: bool,
-                     split_bytes: int = SPLIT_BYTES
-                     ) -> tuple[Passes | None, dict[str, tuple[int, int]]]:
-    """Staging rows of the new or changed segments, read on executors: one task per file,
-    or per byte range between offset-index positions for large segments."""
+def _segment_splits(spark: SparkSession, lake: Lake, warehouse: Warehouse,
+                    sources: Sequence[str], full: bool, split_bytes: int = SPLIT_BYTES
+                    ) -> tuple[DataFrame | None, dict[str, tuple[int, int]]]:
+    """The splits of the new or changed segments (one per file, or per byte range between
+    offset-index positions for large segments), one task each."""
     seen = _ingested(lake, warehouse) if not full else {}
     todo: dict[str, tuple[int, int]] = {}
     for segment in discover(sources):
@@ -179,51 +159,34 @@ def _segment_staging(spark: SparkSession, lake: Lake, warehouse: Warehouse,
     ranges = [(path, start, end) for path, (size, _) in todo.items()
               for start, end in _ranges(split_points(Path(path), size, split_bytes))]
     splits = spark.createDataFrame(ranges, "path string, start bigint, end bigint")
-    splits = splits.repartition(min(len(ranges), spark.sparkContext.defaultParallelism * 4))
-    schema = _spark_schema(spark, bronze_rows.STAGING)
-    return (splits.mapInArrow(partial(_ingest_task, run_id=run_id, findings_only=False),
-                              schema),
-            splits.mapInArrow(partial(_ingest_task, run_id=run_id, findings_only=True),
-                              schema)), todo
+    return splits.repartition(len(ranges)), todo
 
 
 def _ranges(starts: list[int]) -> list[tuple[int, int | None]]:
     return [(start, end) for start, end in zip(starts, [*starts[1:], None], strict=True)]
 
 
-def _kafka_task(batches: Iterator[pa.RecordBatch], run_id: str,
-                source: str) -> Iterator[pa.RecordBatch]:
-    yield from bronze_rows.consumer_rows(batches, run_id, source)
-
-
-def _findings(rows: DataFrame) -> DataFrame:
-    return rows.where(F.col("finding_kind").isNotNull())
-
-
-def _kafka_staging(spark: SparkSession, lake: Lake, warehouse: Warehouse, uri: str,
-                   run_id: str, full: bool, extra: dict[str, str]) -> tuple[Passes, str]:
-    """Staging rows read from a live cluster, from where the last run's chunks began."""
+def _kafka_raw(spark: SparkSession, lake: Lake, warehouse: Warehouse, uri: str, full: bool,
+               extra: dict[str, str]) -> tuple[DataFrame, str]:
+    """The live cluster's records from where the last run's chunks began, and what a
+    consumer cannot see."""
     from dataclasses import replace
 
     from pipelines.kafka_source import NAME, register
     from sharestate.sources import parse_options, plan_read
-    from sharestate.sources.kafka_plan import KafkaPlan, OffsetRange
+    from sharestate.sources.kafka_plan import KafkaPlan
 
     options = {"bootstrap.servers": uri[len(KAFKA_SCHEME):],
                "topics": f"{SHARE_STATE_TOPIC},{CONSUMER_OFFSETS_TOPIC}",
                **{f"kafka.{k}": v for k, v in extra.items()}}
     plan = plan_read(parse_options(options))
     covered = {} if full else _covered_offsets(lake, warehouse, uri)
-    ranges = tuple(
+    plan = KafkaPlan(plan.options, tuple(
         replace(r, start=min(r.end, max(r.start, bronze_rows.chunk_of(covered[key] + 1))))
-        if (key := (r.topic, r.partition)) in covered else r for r in plan.ranges)
-    plan = KafkaPlan(plan.options, tuple(OffsetRange(r.topic, r.partition, r.start, r.end)
-                                         for r in ranges))
+        if (key := (r.topic, r.partition)) in covered else r for r in plan.ranges))
     register(spark)
     raw = spark.read.format(NAME).options(**options).options(**plan.offsets_options()).load()
-    staging = raw.mapInArrow(partial(_kafka_task, run_id=run_id, source=uri),
-                             _spark_schema(spark, bronze_rows.STAGING))
-    return (staging, _findings(staging)), str(plan.metadata()["visibility"])
+    return raw, str(plan.metadata()["visibility"])
 
 
 def _covered_offsets(lake: Lake, warehouse: Warehouse, source: str
@@ -234,52 +197,52 @@ def _covered_offsets(lake: Lake, warehouse: Warehouse, source: str
             runs.groupBy("topic", "partition").agg(F.max("last_offset").alias("last")).collect()}
 
 
-def _write_bronze(spark: SparkSession, lake: Lake, warehouse: Warehouse, passes: Passes,
-                  sizes: dict[str, tuple[int, int]], note: str | None, run_id: str,
-                  report: RunReport) -> None:
-    """Write one input's two passes to the bronze tables and record what the run covered."""
-    everything, findings = passes
-    records = everything.where(F.col("row_kind") == "record").select(
-        *table("log_records").names)
+def _write_bronze(spark: SparkSession, lake: Lake, warehouse: Warehouse, inputs: DataFrame,
+                  produce: Produce, sizes: dict[str, tuple[int, int]], note: str | None,
+                  run_id: str, report: RunReport) -> None:
+    """Write one input to the bronze tables in one pass; record what the run covered."""
     meta = {"run": run_id, "note": note}
-    lake.overwrite(_conform(records, "log_records"), warehouse.path("log_records"),
-                   metadata=meta)
-    errors = _findings(findings).select(
-        "source", "topic", "partition", "segment", "offset", "position",
-        F.col("finding_kind").alias("kind"), F.col("finding_message").alias("message"),
-        "raw", "raw_length", "ingest_run").persist()  # findings are few: cache them
+    lake.overwrite_many(inputs, produce, {
+        "log_records": Target(warehouse.path("log_records")),
+        "decode_errors": Target(warehouse.path("decode_errors"))}, metadata=meta)
     written = lake.read(warehouse.path("log_records")).where(F.col("ingest_run") == run_id)
-    covered = [r.asDict() for r in written.groupBy("source", "topic", "partition", "segment")
-               .agg(F.min("offset").alias("first_offset"), F.max("offset").alias("last_offset"),
-                    F.count(F.lit(1)).alias("records")).collect()]
-    for row in errors.select("source", "topic", "partition", "segment").distinct().collect():
-        if not any((c["source"], c["segment"]) == (row["source"], row["segment"])
-                   for c in covered):  # a segment with findings but no readable record
-            covered.append({**row.asDict(), "first_offset": None, "last_offset": None,
-                            "records": 0})
-    # Every segment read is replaced, so one whose findings are gone loses the old ones.
-    specs = [{"topic": c["topic"], "partition": c["partition"], "segment": c["segment"]}
-             for c in covered]
-    lake.overwrite(_conform(errors, "decode_errors"), warehouse.path("decode_errors"),
-                   partitions=specs, metadata=meta)
-    errors.unpersist()
-    counts = {(r["source"], r["segment"]): r["count"] for r in
-              lake.read(warehouse.path("decode_errors")).where(F.col("ingest_run") == run_id)
-              .groupBy("source", "segment").count().collect()}
+    covered = {(r["source"], r["segment"]): r.asDict() for r in written.groupBy(
+        "source", "topic", "partition", "segment").agg(
+        F.min("offset").alias("first_offset"), F.max("offset").alias("last_offset"),
+        F.count(F.lit(1)).alias("records")).collect()}
+    errors = lake.read(warehouse.path("decode_errors"))
+    counts: dict[tuple[str, int], int] = {}
+    for r in errors.groupBy("source", "topic", "partition", "segment", "ingest_run").count() \
+            .collect():
+        key = (r["source"], r["segment"])
+        if r["ingest_run"] == run_id:
+            counts[key] = r["count"]
+            covered.setdefault(key, {"source": r["source"], "topic": r["topic"],
+                                     "partition": r["partition"], "segment": r["segment"],
+                                     "first_offset": None, "last_offset": None,
+                                     "records": 0})
+    # A segment read again whose findings are gone must lose the old ones.
+    stale = [{"topic": r["topic"], "partition": r["partition"], "segment": r["segment"]}
+             for r in errors.select("source", "topic", "partition", "segment", "ingest_run")
+             .distinct().collect()
+             if r["ingest_run"] != run_id and (r["source"], r["segment"]) in covered]
+    if stale:
+        lake.overwrite(errors.limit(0), warehouse.path("decode_errors"), partitions=stale,
+                       metadata=meta)
     finished = int(time.time() * 1000)
     runs = [{"ingest_run": run_id, "job": "ingest", "source": c["source"],
              "source_kind": "kafka" if note else "segments", "topic": c["topic"],
              "partition": c["partition"], "segment": c["segment"],
              "first_offset": c["first_offset"], "last_offset": c["last_offset"],
              "bytes": sizes.get(c["source"], (None, None))[0], "records": c["records"],
-             "findings": counts.get((c["source"], c["segment"]), 0),
+             "findings": counts.get(key, 0),
              "modified_ms": sizes.get(c["source"], (None, None))[1], "note": note,
-             "finished_at": finished} for c in covered]
+             "finished_at": finished} for key, c in covered.items()]
     if runs:
         lake.append(_rows(spark, runs, "ingest_runs"), warehouse.path("ingest_runs"),
                     metadata={**meta, "inputs": len(runs)})
     report.rows["log_records"] = report.rows.get("log_records", 0) + sum(
-        c["records"] for c in covered)
+        c["records"] for c in covered.values())
     found = sum(counts.values())
     report.rows["decode_errors"] = report.rows.get("decode_errors", 0) + found
     report.findings += found
@@ -308,30 +271,21 @@ def _rows(spark: SparkSession, rows: list[dict[str, Any]], name: str) -> DataFra
 # -- decode ------------------------------------------------------------------------------
 
 
-def _silver_task(batches: Iterator[pa.RecordBatch], topic: str) -> Iterator[pa.RecordBatch]:
-    convert = share_state_rows if topic == SHARE_STATE_TOPIC else group_rows
-    for batch in batches:
-        if batch.num_rows:
-            yield convert(batch)
-
-
 def decode(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
            only_run: str | None = None) -> RunReport:
-    """Bronze -> `share_state_records`, `group_records` (segments of `only_run`, or all)."""
+    """Bronze -> `share_state_records`, `group_records` (segments of `only_run`, or all),
+    in one pass over bronze."""
     started = time.monotonic()
     lake = open_lake(spark)
     bronze = lake.read(warehouse.path("log_records"))
     if only_run is not None:
         bronze = bronze.where(F.col("ingest_run") == only_run)
-    report = RunReport("decode", run_id)
-    for topic, name in ((SHARE_STATE_TOPIC, "share_state_records"),
-                        (CONSUMER_OFFSETS_TOPIC, "group_records")):
-        rows = bronze.where(F.col("topic") == topic)
-        silver = rows.mapInArrow(partial(_silver_task, topic=topic),
-                                 _spark_schema(spark, table(name).arrow_schema()))
-        # Dynamic partitions: every bronze segment decodes into the same silver segment.
-        lake.overwrite(silver, warehouse.path(name), metadata={"run": run_id, "job": "decode"})
-        report.rows[name] = table_rows(warehouse.path(name))
+    names = ("share_state_records", "group_records")
+    lake.overwrite_many(bronze, tasks.silver_tables,
+                        {name: Target(warehouse.path(name)) for name in names},
+                        metadata={"run": run_id, "job": "decode"})
+    report = RunReport("decode", run_id,
+                       rows={name: table_rows(warehouse.path(name)) for name in names})
     report.seconds = time.monotonic() - started
     return report
 
@@ -339,100 +293,64 @@ def decode(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
 # -- replay ------------------------------------------------------------------------------
 
 
-def _gold_task(batches: Iterator[pa.RecordBatch], topic: str, options: gold_replay.GoldOptions,
-               history: bool, summary: bool) -> Iterator[pa.RecordBatch]:
-    """Executor side of `replay`: rows are bronze rows ordered by (partition, offset), or
-    (with `files`) one row per partition naming its bronze data files."""
-    import gc
-
-    gc.set_threshold(100_000, 50, 100)
-    first = next(batches, None)
-    if first is None:
-        return
-    rows: Iterable[pa.RecordBatch] = itertools.chain([first], batches)
-    if "files" in first.schema.names:
-        rows = _file_rows(rows)
-    if topic == SHARE_STATE_TOPIC:
-        yield from gold_replay.share_gold(rows, options, history=history, summary=summary)
-    else:
-        yield from gold_replay.group_gold(rows, options)
-
-
-def _file_rows(tasks: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    for task in tasks:
-        for row in task.to_pylist():
-            yield from gold_replay.read_partition_files(row["partition"], row["files"])
-
-
-def _bronze_by_partition(spark: SparkSession, lake: Lake, warehouse: Warehouse, topic: str
-                         ) -> DataFrame:
-    """Bronze rows of `topic` for the replay tasks, grouped by partition in offset order.
-
-    Where the backend lists the data files, each task reads its partition's files itself (no
-    shuffle); otherwise Spark reads, repartitions by partition and sorts by offset.
-    """
+def _replay_inputs(spark: SparkSession, lake: Lake, warehouse: Warehouse,
+                   options: gold_replay.GoldOptions) -> tuple[DataFrame, Produce]:
+    """The replay's input and task: one task per internal-topic partition reading its bronze
+    files itself (no shuffle) where the backend lists them; else Spark reads, shuffles by
+    (topic, partition) and sorts by offset."""
     from sharestate.tables.arrow_log import COLUMNS
 
     files = lake.active_files(warehouse.path("log_records"))
     if files is None:
-        rows = lake.read(warehouse.path("log_records")).where(
-            (F.col("topic") == topic) & F.col("offset").isNotNull())
-        return rows.select("partition", "dialect", *COLUMNS).repartition(
-            spark.sparkContext.defaultParallelism * 2, "partition").sortWithinPartitions(
-            "partition", "offset")
-    by_partition: dict[int, list[Any]] = {}
+        rows = lake.read(warehouse.path("log_records")).where(F.col("offset").isNotNull())
+        ordered = rows.select("topic", "partition", "dialect", *COLUMNS).repartition(
+            spark.sparkContext.defaultParallelism * 2, "topic", "partition"
+        ).sortWithinPartitions("topic", "partition", "offset")
+        return ordered, partial(tasks.replay_rows, options=options)
+    by_partition: dict[tuple[str, int], list[ActiveFile]] = {}
     for f in files:
-        if f.partition_values.get("topic") == topic and f.records:
-            by_partition.setdefault(int(f.partition_values["partition"]), []).append(f)
-    tasks = [(partition, [f.uri for f in sorted(group, key=lambda f: (
+        if f.records:
+            key = (str(f.partition_values["topic"]), int(f.partition_values["partition"]))
+            by_partition.setdefault(key, []).append(f)
+    work = [(topic, partition, [f.uri for f in sorted(group, key=lambda f: (
         f.partition_values["segment"], f.min_values.get("offset") or 0))])
-        for partition, group in sorted(by_partition.items())]
-    frame = spark.createDataFrame(tasks, "partition int, files array<string>")
-    return frame.repartition(max(1, len(tasks)))
+        for (topic, partition), group in sorted(by_partition.items())]
+    frame = spark.createDataFrame(work, "topic string, partition int, files array<string>")
+    return frame.repartition(max(1, len(work))), partial(tasks.replay_partitions,
+                                                         options=options)
+
+
+REPLAY_TABLES = ("share_partition_state_history", "share_partition_state",
+                 "prune_recommendations", "consumer_group_offsets", "share_group_partitions",
+                 "audit_findings")
+
+
+def _drop_tables(produce: Produce, keep: Sequence[str]) -> Produce:
+    """`produce`, yielding only the rows of the tables in `keep`."""
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, pa.RecordBatch]]:
+        return ((name, rows) for name, rows in produce(batches) if name in keep)
+
+    return run
 
 
 def replay(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
            options: gold_replay.GoldOptions) -> RunReport:
-    """Bronze -> the replayed gold tables and the log-derived audit findings."""
+    """Bronze -> the replayed gold tables and the log-derived audit findings, in one pass:
+    every internal-topic partition replayed once, from the log start."""
     started = time.monotonic()
     lake = open_lake(spark)
     warehouse.create_all(lake)
-    report = RunReport("replay", run_id)
-    staging_schema = _spark_schema(spark, gold_replay.STAGING)
-    audits: list[DataFrame] = []
+    inputs, produce = _replay_inputs(spark, lake, warehouse, options)
+    targets = {name: Target(warehouse.path(name), [{}]) for name in REPLAY_TABLES}
+    targets["audit_findings"] = Target(warehouse.path("audit_findings"),
+                                       [{"rule": rule} for rule in REPLAY_RULES])
     metadata = {"run": run_id, "job": "replay", "as_of": {"offset": options.as_of.offset,
                                                           "time": options.as_of.time},
                 "semantics": options.semantics}
-
-    def gold(topic: str, history: bool, summary: bool) -> DataFrame:
-        return _bronze_by_partition(spark, lake, warehouse, topic).mapInArrow(
-            partial(_gold_task, topic=topic, options=options, history=history,
-                    summary=summary), staging_schema)
-
-    # The history table is by far the largest: it is written straight from a replay pass of
-    # its own, and a second, cheap pass (no history) gives the small tables.
-    history_table = gold_replay.SHARE_GOLD[0]
-    lake.overwrite(_gold(gold(SHARE_STATE_TOPIC, True, False), history_table),
-                   warehouse.path(history_table), partitions=[{}], metadata=metadata)
-    report.rows[history_table] = table_rows(warehouse.path(history_table))
-    for topic, tables in ((CONSUMER_OFFSETS_TOPIC, gold_replay.GROUP_GOLD),
-                          (SHARE_STATE_TOPIC, gold_replay.SHARE_GOLD[1:])):
-        staged = gold(topic, False, True).persist()
-        for name in tables:
-            if name in ("share_group_lag", "redelivery"):
-                continue  # the analytics job writes these
-            if name == "audit_findings":
-                audits.append(_gold(staged, name))
-                continue
-            lake.overwrite(_gold(staged, name), warehouse.path(name), partitions=[{}],
-                           metadata=metadata)
-            report.rows[name] = table_rows(warehouse.path(name))
-        audit = audits[-1]
-        if topic == SHARE_STATE_TOPIC:
-            lake.overwrite(audits[0].unionByName(audit), warehouse.path("audit_findings"),
-                           partitions=[{"rule": rule} for rule in REPLAY_RULES],
-                           metadata=metadata)
-        staged.unpersist()
+    lake.overwrite_many(inputs, _drop_tables(produce, REPLAY_TABLES), targets,
+                        metadata=metadata)
+    report = RunReport("replay", run_id, rows={name: table_rows(warehouse.path(name))
+                                               for name in REPLAY_TABLES})
     findings = lake.read(warehouse.path("audit_findings")).where(
         F.col("rule").isin(*REPLAY_RULES) & F.col("severity").isin("warning", "error"))
     report.findings = findings.count()
@@ -452,10 +370,6 @@ def _decode_error_findings(errors: DataFrame) -> DataFrame:
                            "raw_length")).alias("detail_json")), "audit_findings")
 
 
-def _gold(staged: DataFrame, name: str) -> DataFrame:
-    return _conform(staged.where(F.col("gold_table") == name).select(*table(name).names), name)
-
-
 # -- analytics ---------------------------------------------------------------------------
 
 
@@ -469,13 +383,13 @@ class AnalyticsInputs:
 
 
 def _analytics_task(batches: Iterator[pa.RecordBatch], names: dict[str, str],
-                    inputs: AnalyticsInputs) -> Iterator[pa.RecordBatch]:
+                    inputs: AnalyticsInputs) -> Iterator[tuple[str, pa.RecordBatch]]:
     for batch in batches:
         for context, states in states_from_rows(batch):
-            yield gold_replay.staged("share_group_lag", list(lag_rows(
+            yield gold_replay.rows_of("share_group_lag", list(lag_rows(
                 states, context, end_offsets=inputs.end_offsets,
                 end_offset_source=inputs.end_offset_source, names=names)))
-            yield gold_replay.staged("redelivery", list(redelivery_rows(
+            yield gold_replay.rows_of("redelivery", list(redelivery_rows(
                 states, context, delivery_limit=inputs.delivery_limit)))
 
 
@@ -489,14 +403,12 @@ def analytics(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
     share_metadata = metadata_from_rows(row.asDict() for row in metadata_table)
     names = {row["topic_id"]: row["topic_name"] for row in metadata_table}
     states = lake.read(warehouse.path("share_partition_state"))
-    staged = states.mapInArrow(partial(_analytics_task, names=names, inputs=inputs),
-                               _spark_schema(spark, gold_replay.STAGING)).persist()
     metadata = {"run": run_id, "job": "analytics"}
-    for name in ("share_group_lag", "redelivery"):
-        lake.overwrite(_gold(staged, name), warehouse.path(name), partitions=[{}],
-                       metadata=metadata)
-        report.rows[name] = table_rows(warehouse.path(name))
-    staged.unpersist()
+    derived = ("share_group_lag", "redelivery")
+    lake.overwrite_many(states, partial(_analytics_task, names=names, inputs=inputs),
+                        {name: Target(warehouse.path(name), [{}]) for name in derived},
+                        metadata=metadata)
+    report.rows.update({name: table_rows(warehouse.path(name)) for name in derived})
     keys = {ShareKey(r["group_id"], r["topic_id"], r["partition"]): r["state_partition"]
             for r in states.select("group_id", "topic_id", "partition", "state_partition")
             .collect()}

@@ -103,7 +103,6 @@ def options(args: argparse.Namespace) -> GoldOptions:
         raise ArgumentError(str(exc)) from None
     return GoldOptions(as_of=as_of, semantics=args.semantics,
                        snapshot_update_records_per_snapshot=args.snapshot_update_records,
-                       delivery_limit=args.delivery_limit,
                        retention_minutes=args.retention_minutes)
 
 

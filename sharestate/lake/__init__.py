@@ -31,7 +31,7 @@ Partition columns may be strings, integers, booleans or dates. This package impo
 pyspark only inside functions; it needs Spark only when a backend is used.
 """
 
-from sharestate.lake.base import Commit, Lake, TablePath
+from sharestate.lake.base import ActiveFile, Commit, Lake, Produce, TablePath, Target
 from sharestate.lake.partitions import PARTITION_TYPES, PartitionSpec
 from sharestate.lake.select import BACKEND_CONF, BACKENDS, delta_classes_loaded, open_lake
 from sharestate.lake.views import find_tables, register_views
@@ -40,10 +40,13 @@ __all__ = [
     "BACKENDS",
     "BACKEND_CONF",
     "PARTITION_TYPES",
+    "ActiveFile",
     "Commit",
     "Lake",
     "PartitionSpec",
+    "Produce",
     "TablePath",
+    "Target",
     "delta_classes_loaded",
     "find_tables",
     "open_lake",

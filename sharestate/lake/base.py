@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
+
+import pyarrow as pa
 
 from sharestate.lake.partitions import PARTITION_TYPES, PartitionSpec
 
@@ -103,10 +105,76 @@ class Lake(ABC):
     def properties(self, path: TablePath) -> dict[str, str]:
         """The table properties (`delta.*` ones and custom ones)."""
 
+    def overwrite_many(self, df: DataFrame, produce: Produce, targets: Mapping[str, Target], *,
+                       metadata: Any = None) -> dict[str, int]:
+        """Run `produce` on the executors over `df`'s Arrow batches and overwrite each target
+        table with the rows it yields for it, in one pass over `df`; one commit per table.
+
+        `produce(batches)` yields (target name, record batch in the table's columns). Each
+        target is replaced as `overwrite` would (`partitions` None: the partitions written).
+        This implementation runs `produce` once, caches the tagged rows and writes each
+        table from them; a backend may write the tables' files straight from the tasks.
+        """
+        from pyspark.sql import functions as F
+
+        schemas = {name: self.schema(t.path) for name, t in targets.items()}
+        union = _union_schema(schemas)
+        staged = df.mapInArrow(_tagged(produce, union), union).persist()
+        try:
+            return {name: self.overwrite(staged.where(F.col(TABLE_TAG) == name)
+                                         .select(*schemas[name].names), t.path,
+                                         partitions=t.partitions, metadata=metadata)
+                    for name, t in targets.items()}
+        finally:
+            staged.unpersist()
+
     def active_files(self, path: TablePath) -> list[ActiveFile] | None:
         """The table's current data files, when the backend can list them for direct reads
         (None: read through `read()`)."""
         return None
+
+
+TABLE_TAG = "__table"
+Produce = Callable[[Iterator[pa.RecordBatch]], Iterator[tuple[str, pa.RecordBatch]]]
+"""An executor-side function: input Arrow batches -> (target table name, rows) pairs."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A table `overwrite_many` replaces: its path and the partitions (None: those written)."""
+
+    path: TablePath
+    partitions: Sequence[PartitionSpec] | None = None
+
+
+def _union_schema(schemas: Mapping[str, StructType]) -> StructType:
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    fields: dict[str, StructField] = {}
+    for schema in schemas.values():
+        for field in schema.fields:
+            known = fields.get(field.name)
+            if known is not None and known.dataType != field.dataType:
+                raise ValueError(f"column {field.name} has different types in the targets")
+            fields[field.name] = StructField(field.name, field.dataType, True)
+    return StructType([*fields.values(), StructField(TABLE_TAG, StringType(), False)])
+
+
+def _tagged(produce: Produce, union: StructType) -> Callable[[Iterator[pa.RecordBatch]],
+                                                               Iterator[pa.RecordBatch]]:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow = to_arrow_schema(union)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for name, rows in produce(batches):
+            n = rows.num_rows
+            yield pa.RecordBatch.from_arrays(
+                [rows.column(f.name) if f.name in rows.schema.names
+                 else pa.array([name] * n, pa.string()) if f.name == TABLE_TAG
+                 else pa.nulls(n, f.type) for f in arrow], schema=arrow)
+
+    return run
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -78,6 +78,52 @@ def _groups(batch: pa.RecordBatch, partition_by: Sequence[str]
         yield {c: partition_string(key[c]) for c in partition_by}, data.filter(mask)
 
 
+class TableFiles:
+    """The data files one task writes into one table: one open file per partition value."""
+
+    def __init__(self, root: str, partition_by: Sequence[str], not_null: Sequence[str]) -> None:
+        self.root = root
+        self.partition_by = list(partition_by)
+        self.not_null = list(not_null)
+        self.files: dict[tuple[str | None, ...], _OpenFile] = {}
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        """Write `batch`'s rows (columns in table order, partition columns included)."""
+        for column in self.not_null:
+            if column in self.partition_by and batch.column(column).null_count:
+                raise ValueError(f"column {column!r} is NOT NULL but the data holds nulls")
+        for values, rows in _groups(batch, self.partition_by):
+            if rows.num_rows == 0:
+                continue
+            key = tuple(values.values())
+            if key not in self.files:
+                self.files[key] = _OpenFile(self.root, values, rows.schema)
+            self.files[key].writer.write_batch(rows)
+            self.files[key].stats.add(rows)
+            for column in self.not_null:
+                if column not in self.partition_by and self.files[key].stats.null_count(column):
+                    raise ValueError(f"column {column!r} is NOT NULL but the data holds nulls")
+
+    def close(self) -> list[dict[str, object]]:
+        """Close every file; their rows (`FILE_ROW_DDL`)."""
+        for file in self.files.values():
+            file.writer.close()
+        rows_out: list[dict[str, object]] = []
+        for file in self.files.values():
+            status = os.stat(os.path.join(self.root, file.path))
+            rows_out.append({"path": file.path, "size": status.st_size,
+                             "modification_time": int(status.st_mtime * 1000),
+                             "partition_values": json.dumps(file.values),
+                             "stats": file.stats.to_json()})
+        return rows_out
+
+    def abort(self) -> None:
+        """Close and delete every file written (the task failed)."""
+        for file in self.files.values():
+            file.writer.close()
+            os.remove(os.path.join(self.root, file.path))
+
+
 def write_data_files(batches: Iterator[pa.RecordBatch], *, root: str,
                      partition_by: Sequence[str], not_null: Sequence[str]
                      ) -> Iterator[pa.RecordBatch]:
@@ -85,36 +131,47 @@ def write_data_files(batches: Iterator[pa.RecordBatch], *, root: str,
 
     Columns in `not_null` must hold no nulls (Delta's NOT NULL), else the task fails.
     """
-    files: dict[tuple[str | None, ...], _OpenFile] = {}
+    files = TableFiles(root, partition_by, not_null)
     try:
         for batch in batches:
-            for column in not_null:
-                if column in partition_by and batch.column(column).null_count:
-                    raise ValueError(f"column {column!r} is NOT NULL but the data holds nulls")
-            for values, rows in _groups(batch, partition_by):
-                if rows.num_rows == 0:
-                    continue
-                key = tuple(values.values())
-                if key not in files:
-                    files[key] = _OpenFile(root, values, rows.schema)
-                files[key].writer.write_batch(rows)
-                files[key].stats.add(rows)
-                for column in not_null:
-                    if column not in partition_by and files[key].stats.null_count(column):
-                        raise ValueError(
-                            f"column {column!r} is NOT NULL but the data holds nulls")
-        for file in files.values():
-            file.writer.close()
+            files.add(batch)
     except BaseException:
-        for file in files.values():
-            file.writer.close()
-            os.remove(os.path.join(root, file.path))
+        files.abort()
         raise
-    rows_out = []
-    for file in files.values():
-        status = os.stat(os.path.join(root, file.path))
-        rows_out.append({"path": file.path, "size": status.st_size,
-                         "modification_time": int(status.st_mtime * 1000),
-                         "partition_values": json.dumps(file.values),
-                         "stats": file.stats.to_json()})
-    yield pa.RecordBatch.from_pylist(rows_out, schema=_FILE_ROW_SCHEMA)
+    yield pa.RecordBatch.from_pylist(files.close(), schema=_FILE_ROW_SCHEMA)
+
+
+MANY_FILE_ROW_DDL = "table string, " + FILE_ROW_DDL
+"""What `write_many_data_files` yields per file: `FILE_ROW_DDL` plus the table's name."""
+
+_MANY_FILE_ROW_SCHEMA = pa.schema([("table", pa.string()), *_FILE_ROW_SCHEMA])
+
+
+@dataclass(frozen=True)
+class TableTarget:
+    """Where `write_many_data_files` writes one table's rows, and how it checks them."""
+
+    root: str
+    partition_by: tuple[str, ...]
+    not_null: tuple[str, ...]
+    columns: tuple[str, ...]
+
+
+def write_many_data_files(batches: Iterator[pa.RecordBatch], *,
+                          produce: Callable[[Iterator[pa.RecordBatch]],
+                                            Iterator[tuple[str, pa.RecordBatch]]],
+                          targets: Mapping[str, TableTarget]) -> Iterator[pa.RecordBatch]:
+    """Run `produce` over a task's input and write each (table, rows) it yields into that
+    table's folder; yield one row per file (`MANY_FILE_ROW_DDL`). All or nothing per task."""
+    files = {name: TableFiles(t.root, t.partition_by, t.not_null) for name, t in targets.items()}
+    try:
+        for name, rows in produce(batches):
+            if rows.num_rows:
+                files[name].add(rows.select(list(targets[name].columns)))
+    except BaseException:
+        for table_files in files.values():
+            table_files.abort()
+        raise
+    out = [{"table": name, **row} for name, table_files in files.items()
+           for row in table_files.close()]
+    yield pa.RecordBatch.from_pylist(out, schema=_MANY_FILE_ROW_SCHEMA)

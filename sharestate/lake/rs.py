@@ -34,7 +34,9 @@ from sharestate.lake.base import (
     ActiveFile,
     Commit,
     Lake,
+    Produce,
     TablePath,
+    Target,
     check_partition_columns,
     check_same_table,
     conform,
@@ -42,7 +44,14 @@ from sharestate.lake.base import (
     parse_metadata,
     parse_schema,
 )
-from sharestate.lake.data_files import FILE_ROW_DDL, DataFile, write_data_files
+from sharestate.lake.data_files import (
+    FILE_ROW_DDL,
+    MANY_FILE_ROW_DDL,
+    DataFile,
+    TableTarget,
+    write_data_files,
+    write_many_data_files,
+)
 from sharestate.lake.partitions import (
     PartitionSpec,
     matches,
@@ -96,11 +105,36 @@ class RsLake(Lake):
                   partitions: Sequence[PartitionSpec] | None = None,
                   metadata: Any = None) -> int:
         table = self._table(path)
+        return self._replace(table, path, self._write(df, table, _root(path)), partitions,
+                             metadata)
+
+    def overwrite_many(self, df: DataFrame, produce: Produce, targets: Mapping[str, Target], *,
+                       metadata: Any = None) -> dict[str, int]:
+        """Each task runs `produce` and writes every table's files itself: one pass, no cache."""
+        tables = {name: self._table(t.path) for name, t in targets.items()}
+        plans = {}
+        for name, table in tables.items():
+            schema = _spark_schema(table)
+            plans[name] = TableTarget(
+                _root(targets[name].path), tuple(table.metadata().partition_columns),
+                tuple(f.name for f in schema.fields if not f.nullable),
+                tuple(schema.names))
+        task = functools.partial(write_many_data_files, produce=produce, targets=plans)
+        rows = df.mapInArrow(task, MANY_FILE_ROW_DDL).collect()
+        written: dict[str, list[DataFile]] = {name: [] for name in targets}
+        for row in rows:
+            values = row.asDict()
+            written[str(values.pop("table"))].append(DataFile.from_row(values))
+        return {name: self._replace(tables[name], t.path, written[name], t.partitions, metadata)
+                for name, t in targets.items()}
+
+    def _replace(self, table: DeltaTable, path: TablePath, files: list[DataFile],
+                 partitions: Sequence[PartitionSpec] | None, metadata: Any) -> int:
+        """Commit `files` replacing `partitions` (None: the partitions the files are in)."""
         partition_by = table.metadata().partition_columns
         dynamic = partitions is None and bool(partition_by)
         specs = [] if dynamic else normalize_specs(
             [{}] if partitions is None else partitions, partition_by)
-        files = self._write(df, table, _root(path))
         if dynamic:
             unique = {json.dumps(f.partition_values, sort_keys=True): f for f in files}
             specs = [dict(f.partition_values) for f in unique.values()]

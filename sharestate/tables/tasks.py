@@ -1,0 +1,107 @@
+"""What the pipeline's Spark tasks run: input Arrow batches in, (table, rows) pairs out.
+
+Each function is a `Produce` for the lake's `overwrite_many`: Spark hands it the Arrow
+batches of one task's input and it yields rows for the tables the job writes, so a job reads
+its input once whatever the number of tables. Pure pyarrow and the core; no Spark.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sharestate.log import segment_of
+from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
+from sharestate.tables import bronze, gold_replay
+from sharestate.tables.gold_replay import GoldOptions, Rows, read_partition_files
+from sharestate.tables.silver import group_rows, share_state_rows
+from sharestate.tables.spec import table
+
+_LOG_RECORDS = table("log_records").names
+_ERROR_COLUMNS = {"kind": "finding_kind", "message": "finding_message"}
+_DECODE_ERRORS = table("decode_errors").names
+
+
+def _quiet_gc() -> None:
+    """Tasks hold many short-lived tuples: collect less often (a large speed-up)."""
+    gc.set_threshold(100_000, 50, 100)
+
+
+def bronze_tables(staging: Iterable[pa.RecordBatch]) -> Iterator[Rows]:
+    """Staging rows (see `bronze`) as `log_records` and `decode_errors` rows."""
+    for batch in staging:
+        records = batch.filter(pc.equal(batch.column("row_kind"), "record"))
+        yield "log_records", records.select(_LOG_RECORDS)
+        findings = batch.filter(pc.is_valid(batch.column("finding_kind")))
+        if findings.num_rows:
+            yield "decode_errors", pa.RecordBatch.from_arrays(
+                [findings.column(_ERROR_COLUMNS.get(name, name)) for name in _DECODE_ERRORS],
+                names=_DECODE_ERRORS)
+
+
+def ingest_splits(splits: Iterator[pa.RecordBatch], run_id: str) -> Iterator[Rows]:
+    """Read each split (rows: path, start, end) of a segment into the bronze tables."""
+    _quiet_gc()
+    for batch in splits:
+        for row in batch.to_pylist():
+            split = bronze.Split(segment_of(Path(row["path"])), row["start"], row["end"])
+            yield from bronze_tables(bronze.read_split(split, run_id))
+
+
+def ingest_consumed(raw: Iterator[pa.RecordBatch], run_id: str, source: str) -> Iterator[Rows]:
+    """Rows read from a live cluster into the bronze tables."""
+    _quiet_gc()
+    yield from bronze_tables(bronze.consumer_rows(raw, run_id, source))
+
+
+def silver_tables(rows: Iterator[pa.RecordBatch]) -> Iterator[Rows]:
+    """Bronze `log_records` rows (any topic) as `share_state_records` / `group_records`."""
+    _quiet_gc()
+    for batch in rows:
+        topics = batch.column("topic")
+        for topic, name, convert in (
+                (SHARE_STATE_TOPIC, "share_state_records", share_state_rows),
+                (CONSUMER_OFFSETS_TOPIC, "group_records", group_rows)):
+            part = batch.filter(pc.equal(topics, topic))
+            if part.num_rows:
+                yield name, convert(part)
+
+
+def replay_partitions(tasks: Iterator[pa.RecordBatch], options: GoldOptions) -> Iterator[Rows]:
+    """Replay tasks (rows: topic, partition, files) into the gold tables; each task reads its
+    partition's bronze files itself, in offset order."""
+    _quiet_gc()
+    for batch in tasks:
+        for topic, group in itertools.groupby(batch.to_pylist(), key=lambda r: r["topic"]):
+            rows = (part for task in group
+                    for part in read_partition_files(task["partition"], task["files"]))
+            if topic == SHARE_STATE_TOPIC:
+                yield from gold_replay.share_gold(rows, options)
+            else:
+                yield from gold_replay.group_gold(rows, options)
+
+
+def replay_rows(rows: Iterator[pa.RecordBatch], options: GoldOptions) -> Iterator[Rows]:
+    """Replay bronze rows ordered by (topic, partition, offset) into the gold tables."""
+    _quiet_gc()
+
+    def pieces() -> Iterator[tuple[str, pa.RecordBatch]]:
+        for batch in rows:
+            values = batch.column("topic").to_pylist()
+            start = 0
+            for i in range(1, len(values) + 1):
+                if i == len(values) or values[i] != values[start]:
+                    yield values[start], batch.slice(start, i - start)
+                    start = i
+
+    for topic, group in itertools.groupby(pieces(), key=lambda piece: piece[0]):
+        slices = (piece for _, piece in group)
+        if topic == SHARE_STATE_TOPIC:
+            yield from gold_replay.share_gold(slices, options)
+        else:
+            yield from gold_replay.group_gold(slices, options)
