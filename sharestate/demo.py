@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sharestate.persister import SimulationConfig, simulate
+from sharestate.persister.simulator import END_OFFSETS_FILE
 
 SUMMARY_QUERIES = {
     "share-partitions": """
@@ -56,9 +57,10 @@ def run_demo(args: argparse.Namespace) -> Iterator[str]:
         if folder.exists():
             shutil.rmtree(folder)
     result = simulate(demo_config(args.records, args.seed), logs)
+    ends = logs / END_OFFSETS_FILE
     yield f"simulated: {result.summary_line()}"
     status = run(parser().parse_args(["--source", str(logs), "--warehouse", str(warehouse),
-                                      "--delivery-limit", "5"]))
+                                      "--delivery-limit", "5", "--end-offsets", str(ends)]))
     spark = build_session("sharestate")
     register_views(spark, warehouse)
     for title, query in SUMMARY_QUERIES.items():

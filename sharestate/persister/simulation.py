@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +82,17 @@ class SimulationResult:
     """Committed offsets a `__consumer_offsets` loader must end with."""
     operations: Counter[str] = field(default_factory=Counter)
     """Requests by operation (and `op:errorNN` for refused ones)."""
+    end_offsets: list[dict[str, object]] = field(default_factory=list)
+    """The user topics' end offsets at the end: {topic, topic_id, partition, end_offset}."""
+
+    def write_end_offsets(self, path: str | Path) -> Path:
+        """The end offsets as the `--end-offsets` JSON file the pipeline's lag reads."""
+        target = Path(path)
+        target.write_text(json.dumps(
+            [{"topic": e["topic_id"], "partition": e["partition"],
+              "end_offset": e["end_offset"]} for e in self.end_offsets], indent=1),
+            encoding="utf-8")
+        return target
 
     def final_state(self) -> dict[int, dict[ShareKey, KeyState]]:
         """Per state partition, every live key's state as the writer holds it."""

@@ -517,8 +517,13 @@ class _Simulation:
             self.producer_epoch += 1
 
 
+END_OFFSETS_FILE = "end-offsets.json"
+"""Written beside the partition directories: the user topics' end offsets, for the lag."""
+
+
 def simulate(config: SimulationConfig, out: str | Path) -> SimulationResult:
-    """Run the workload and write its segments under `out` (a `log.dirs` root).
+    """Run the workload and write its segments under `out` (a `log.dirs` root), and the
+    user topics' end offsets as `END_OFFSETS_FILE` (the pipeline's `--end-offsets`).
 
     Raises ValueError for a bad config or when `out` already holds partition directories of
     the two topics.
@@ -537,7 +542,7 @@ def simulate(config: SimulationConfig, out: str | Path) -> SimulationResult:
     sim.logs.close()
     seconds = time.perf_counter() - started
     state_logs = [log for (topic, _), log in sim.logs.logs.items() if topic == SHARE_STATE_TOPIC]
-    return SimulationResult(
+    result = SimulationResult(
         config=config, root=root, records=sum(log.records for log in state_logs),
         batches=sum(log.batches for log in state_logs),
         bytes=sum(log.bytes for log in state_logs),
@@ -545,4 +550,9 @@ def simulate(config: SimulationConfig, out: str | Path) -> SimulationResult:
         offsets_records=sum(log.records for (topic, _), log in sim.logs.logs.items()
                             if topic != SHARE_STATE_TOPIC),
         seconds=seconds, persisters=dict(sorted(sim.state.persisters.items())),
-        expected_offsets=dict(sim.offsets.expected_offsets), operations=sim.operations)
+        expected_offsets=dict(sim.offsets.expected_offsets), operations=sim.operations,
+        end_offsets=[{"topic": t.name, "topic_id": t.topic_id, "partition": p,
+                      "end_offset": end} for t in sim.topics
+                     for p, end in enumerate(t.log_ends)])
+    result.write_end_offsets(root / END_OFFSETS_FILE)
+    return result
