@@ -55,15 +55,21 @@ def main() -> None:
     from aiokafka.record._crecords import MemoryRecords as AiokafkaRecords
     from kafka.record.memory_records import MemoryRecords as KafkaPythonRecords
 
+    # Alternate the contenders so that neither pays the process's warm-up alone.
+    ours = peer = decode = 0.0
+    for _ in range(4):
+        ours = max(ours, best_rate(lambda: sharestate_framing(data), runs=3))
+        peer = max(peer, best_rate(lambda: memory_records_walk(AiokafkaRecords, data), runs=3))
+        decode = max(decode, best_rate(lambda: sharestate_decode(data), runs=3))
     figures: dict[str, float | int | bool] = {
         "records": sharestate_framing(data),
         "bytes": len(data),
         "native": native.module is not None,
-        "framing_records_per_s": round(best_rate(lambda: sharestate_framing(data))),
-        "peer_records_per_s": round(best_rate(lambda: memory_records_walk(AiokafkaRecords, data))),
+        "framing_records_per_s": round(ours),
+        "peer_records_per_s": round(peer),
         "kafka_python_records_per_s": round(
             best_rate(lambda: memory_records_walk(KafkaPythonRecords, data), runs=2)),
-        "decode_records_per_s": round(best_rate(lambda: sharestate_decode(data))),
+        "decode_records_per_s": round(decode),
     }
     figures["framing_vs_aiokafka"] = round(
         figures["framing_records_per_s"] / figures["peer_records_per_s"], 2)

@@ -77,32 +77,24 @@ PyObject *native_scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         long long base_ts = (long long)native_be64(b + 27);
         long long max_ts = (long long)native_be64(b + 35);
         long long base_seq = (int32_t)native_be32(b + 53);
-        PyObject *records;
-        if (count == 0) {
-            records = PyList_New(0);
-            if (!records) goto done;
-        } else {
-            PyObject *argv[7];
-            argv[0] = args[0];
-            argv[1] = PyLong_FromSsize_t(off + 61);
-            argv[2] = PyLong_FromSsize_t(off + (Py_ssize_t)size);
-            argv[3] = PyLong_FromLong(count);
-            argv[4] = PyLong_FromLongLong(base_offset);
-            argv[5] = PyLong_FromLongLong(base_ts);
-            argv[6] = PyLong_FromLongLong(base_seq);
-            PyObject *parsed = NULL;
-            if (argv[1] && argv[2] && argv[3] && argv[4] && argv[5] && argv[6]) {
-                parsed = native_parse_records(NULL, argv, 7);
+        PyObject *records = PyList_New(0);
+        if (!records) goto done;
+        if (count > 0) {
+            PyObject *error = NULL;
+            int rc = native_parse_into(records, buf, len, off + 61, off + (Py_ssize_t)size, count,
+                                       base_offset, base_ts, base_seq,
+                                       PyBytes_CheckExact(args[0]) ? args[0] : NULL, &error);
+            if (rc != 0) {
+                Py_XDECREF(error);
+                Py_DECREF(records);
+                if (rc < 0) goto done;
+                break; /* a bad record: the Python walker reports it */
             }
-            for (int i = 1; i < 7; i++) Py_XDECREF(argv[i]);
-            if (!parsed) goto done;
-            if (PyTuple_GET_ITEM(parsed, 1) != Py_None) { Py_DECREF(parsed); break; }
-            records = Py_NewRef(PyTuple_GET_ITEM(parsed, 0));
-            Py_DECREF(parsed);
             if (attributes & 8) {
                 /* LogAppendTime: every record takes the batch's max timestamp */
                 for (Py_ssize_t i = 0; i < PyList_GET_SIZE(records); i++) {
                     PyObject *rec = PyList_GET_ITEM(records, i);
+                    if (native_record_set_timestamp(rec, max_ts)) continue;
                     PyObject *ts = PyLong_FromLongLong(max_ts);
                     if (!ts) { Py_DECREF(records); goto done; }
                     PyObject *old = PyTuple_GET_ITEM(rec, 1);

@@ -114,17 +114,26 @@ PyObject *native_transpose(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyObject *column = PyList_New(n);
         if (!column) { Py_DECREF(out); return NULL; }
         for (Py_ssize_t r = 0; r < n; r++) {
-            PyObject *v = PyList_GET_ITEM(rows, r);
+            PyObject *v = Py_NewRef(PyList_GET_ITEM(rows, r));
             for (Py_ssize_t d = 0; d < depth && v != Py_None; d++) {
-                if (!PyTuple_Check(v) || idx[d] >= PyTuple_GET_SIZE(v) || idx[d] < 0) {
+                PyObject *next;
+                if (Py_IS_TYPE(v, &NativeRecordType) && idx[d] >= 0 && idx[d] < 6) {
+                    next = native_record_field(v, idx[d]);
+                } else if (PyTuple_Check(v) && idx[d] >= 0 && idx[d] < PyTuple_GET_SIZE(v)) {
+                    next = Py_NewRef(PyTuple_GET_ITEM(v, idx[d]));
+                } else {
                     PyErr_SetString(PyExc_IndexError, "path does not fit a row");
+                    next = NULL;
+                }
+                Py_DECREF(v);
+                if (!next) {
                     Py_DECREF(column);
                     Py_DECREF(out);
                     return NULL;
                 }
-                v = PyTuple_GET_ITEM(v, idx[d]);
+                v = next;
             }
-            PyList_SET_ITEM(column, r, Py_NewRef(v));
+            PyList_SET_ITEM(column, r, v);
         }
         PyList_SET_ITEM(out, c, column);
     }

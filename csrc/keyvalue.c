@@ -38,28 +38,37 @@ static PyObject *clean_struct(PyObject *capsule, const unsigned char *data, Py_s
 }
 
 static PyObject *fast_one(PyObject *record, PyObject *table) {
-    PyObject *key = PyTuple_GET_ITEM(record, 3);
-    PyObject *value = PyTuple_GET_ITEM(record, 4);
-    if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) < 2) return NULL;
-    const unsigned char *kb = (const unsigned char *)PyBytes_AS_STRING(key);
+    const char *key, *value;
+    Py_ssize_t key_len, value_len;
+    if (!native_record_view(record, &key, &key_len, &value, &value_len)) {
+        if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) < 5) return NULL;
+        PyObject *k = PyTuple_GET_ITEM(record, 3), *v = PyTuple_GET_ITEM(record, 4);
+        if (!PyBytes_Check(k) || (v != Py_None && !PyBytes_Check(v))) return NULL;
+        key = PyBytes_AS_STRING(k);
+        key_len = PyBytes_GET_SIZE(k);
+        value = v == Py_None ? NULL : PyBytes_AS_STRING(v);
+        value_len = v == Py_None ? -1 : PyBytes_GET_SIZE(v);
+    }
+    if (!key || key_len < 2) return NULL;
+    const unsigned char *kb = (const unsigned char *)key;
     PyObject *type_id = PyLong_FromLong((int16_t)native_be16(kb));
     if (!type_id) return NULL;
     PyObject *entry = PyDict_GetItemWithError(table, type_id);
     if (!entry) { Py_DECREF(type_id); return NULL; }
     PyObject *kv = NULL, *key_values = NULL, *version = NULL, *values = NULL;
-    key_values = clean_struct(PyTuple_GET_ITEM(entry, 1), kb, PyBytes_GET_SIZE(key));
+    key_values = clean_struct(PyTuple_GET_ITEM(entry, 1), kb, key_len);
     if (!key_values) goto out;
-    if (value == Py_None) {
+    if (!value) {
         version = Py_NewRef(Py_None);
         values = Py_NewRef(Py_None);
     } else {
-        if (!PyBytes_Check(value) || PyBytes_GET_SIZE(value) < 2) goto out;
-        const unsigned char *vb = (const unsigned char *)PyBytes_AS_STRING(value);
+        if (value_len < 2) goto out;
+        const unsigned char *vb = (const unsigned char *)value;
         version = PyLong_FromLong((int16_t)native_be16(vb));
         if (!version) goto out;
         PyObject *capsule = PyDict_GetItemWithError(PyTuple_GET_ITEM(entry, 2), version);
         if (!capsule) goto out;
-        values = clean_struct(capsule, vb, PyBytes_GET_SIZE(value));
+        values = clean_struct(capsule, vb, value_len);
         if (!values) goto out;
     }
     kv = ((PyTypeObject *)key_value_type)->tp_alloc((PyTypeObject *)key_value_type, 6);
@@ -92,16 +101,14 @@ PyObject *native_decode_key_values(PyObject *self, PyObject *const *args, Py_ssi
     if (!out) return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *record = PyList_GET_ITEM(records, i);
-        if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) < 5) {
-            PyErr_SetString(PyExc_TypeError, "records must be RawRecord tuples");
-            Py_DECREF(out);
-            return NULL;
-        }
         PyObject *kv = fast_one(record, table);
         if (!kv) {
             if (PyErr_Occurred()) { Py_DECREF(out); return NULL; }
-            kv = PyObject_CallFunctionObjArgs(fallback, PyTuple_GET_ITEM(record, 3),
-                                              PyTuple_GET_ITEM(record, 4), NULL);
+            PyObject *key = native_record_field(record, 3);
+            PyObject *value = key ? native_record_field(record, 4) : NULL;
+            kv = value ? PyObject_CallFunctionObjArgs(fallback, key, value, NULL) : NULL;
+            Py_XDECREF(key);
+            Py_XDECREF(value);
             if (!kv) { Py_DECREF(out); return NULL; }
         }
         PyList_SET_ITEM(out, i, kv);

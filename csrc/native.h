@@ -30,11 +30,26 @@ PyObject *native_read_layout(Layout *layout, const unsigned char *data, Py_ssize
 PyObject *native_read_struct(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 PyObject *native_parse_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+int native_parse_into(PyObject *records, const unsigned char *buf, Py_ssize_t len,
+                      Py_ssize_t pos, Py_ssize_t end, long long count, long long base_offset,
+                      long long base_timestamp, long long base_sequence, PyObject *owner,
+                      PyObject **error);
 PyObject *native_scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_decode_key_values(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_combine(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_share_apply(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_flatten_batches(PyObject *self, PyObject *args);
 PyObject *native_transpose(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+extern PyTypeObject NativeRecordType;
+PyObject *native_record_new(PyObject *buffer, long long offset, long long timestamp,
+                            long long sequence, Py_ssize_t key_pos, Py_ssize_t key_len,
+                            Py_ssize_t value_pos, Py_ssize_t value_len, PyObject *headers);
+/* For a native Record: its key and value bytes in place (NULL, -1 for None); 0 otherwise. */
+int native_record_view(PyObject *obj, const char **key, Py_ssize_t *key_len,
+                       const char **value, Py_ssize_t *value_len);
+/* Set a native Record's timestamp (LogAppendTime batches); 0 when not a native Record. */
+int native_record_set_timestamp(PyObject *obj, long long timestamp);
+/* Item i of a record, native or tuple (new reference). */
+PyObject *native_record_field(PyObject *obj, Py_ssize_t i);
 
 #endif

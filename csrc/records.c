@@ -83,8 +83,10 @@ static PyObject *slice(Cursor *c, Py_ssize_t at, Py_ssize_t n) {
 /* One record; returns a new RawRecord, or NULL with c->message/c->truncated set
  * (or a Python error pending when allocation failed). */
 static PyObject *one_record(Cursor *c, Py_ssize_t end, long long base_offset,
-                            long long base_timestamp, long long base_sequence) {
+                            long long base_timestamp, long long base_sequence,
+                            PyObject *owner) {
     long long size, ts_delta = 0, off_delta = 0, length;
+    Py_ssize_t key_pos = 0, key_len = -1, value_pos = 0, value_len = -1;
     if (varint(c, &size) < 0) return NULL;
     Py_ssize_t body_end = c->pos + (Py_ssize_t)size;
     if (size < 1 || body_end > end) {
@@ -95,25 +97,23 @@ static PyObject *one_record(Cursor *c, Py_ssize_t end, long long base_offset,
     if (varlong(c, &ts_delta) < 0 || varint(c, &off_delta) < 0) return NULL;
     PyObject *key = NULL, *value = NULL, *headers = NULL;
     if (varint(c, &length) < 0) return NULL;
-    if (length < 0) {
-        key = Py_NewRef(Py_None);
-    } else {
+    if (length >= 0) {
         if (c->pos + length > body_end) {
             fail(c, "key of %lld bytes overruns the record", length);
             return NULL;
         }
-        if (!(key = slice(c, c->pos, (Py_ssize_t)length))) return NULL;
+        key_pos = c->pos;
+        key_len = (Py_ssize_t)length;
         c->pos += (Py_ssize_t)length;
     }
     if (varint(c, &length) < 0) goto error;
-    if (length < 0) {
-        value = Py_NewRef(Py_None);
-    } else {
+    if (length >= 0) {
         if (c->pos + length > body_end) {
             fail(c, "value of %lld bytes overruns the record", length);
             goto error;
         }
-        if (!(value = slice(c, c->pos, (Py_ssize_t)length))) goto error;
+        value_pos = c->pos;
+        value_len = (Py_ssize_t)length;
         c->pos += (Py_ssize_t)length;
     }
     unsigned char first;
@@ -169,6 +169,16 @@ static PyObject *one_record(Cursor *c, Py_ssize_t end, long long base_offset,
     }
     long long offset = (long long)((uint64_t)base_offset + (uint64_t)off_delta);
     long long timestamp = (long long)((uint64_t)base_timestamp + (uint64_t)ts_delta);
+    if (owner) {
+        PyObject *native = native_record_new(owner, offset, timestamp,
+                                             sequence_of(base_sequence, off_delta), key_pos,
+                                             key_len, value_pos, value_len, headers);
+        Py_DECREF(headers);
+        return native;
+    }
+    key = key_len < 0 ? Py_NewRef(Py_None) : slice(c, key_pos, key_len);
+    value = value_len < 0 ? Py_NewRef(Py_None) : slice(c, value_pos, value_len);
+    if (!key || !value) goto error;
     PyObject *record = ((PyTypeObject *)raw_record_type)->tp_alloc(
         (PyTypeObject *)raw_record_type, 6);
     if (!record) goto error;
@@ -209,15 +219,61 @@ static int load_record_type(void) {
     return 0;
 }
 
+/* Parse `count` records of buf[pos:end] into `records`. Returns 0 when all parsed, 1 when
+ * a record was bad (*error = (message, position), new reference), -1 on a Python error.
+ * `owner` (the bytes object `buf` belongs to, or NULL) lets records point into it. */
+int native_parse_into(PyObject *records, const unsigned char *buf, Py_ssize_t len,
+                      Py_ssize_t pos, Py_ssize_t end, long long count, long long base_offset,
+                      long long base_timestamp, long long base_sequence, PyObject *owner,
+                      PyObject **error) {
+    if (load_record_type() < 0) return -1;
+    *error = NULL;
+    if (count < 0) {
+        *error = Py_BuildValue("(Nn)", PyUnicode_FromFormat("negative record count %lld", count),
+                               pos);
+        return *error ? 1 : -1;
+    }
+    Cursor c = { buf, len, pos, NULL, 0 };
+    Py_ssize_t start = pos;
+    for (long long index = 0; index < count; index++) {
+        start = c.pos;
+        if (c.pos >= end) {
+            fail(&c, "batch ends after %lld of %lld records", index, count);
+        } else {
+            PyObject *record = one_record(&c, end, base_offset, base_timestamp, base_sequence,
+                                          owner);
+            if (record) {
+                int rc = PyList_Append(records, record);
+                Py_DECREF(record);
+                if (rc < 0) return -1;
+                continue;
+            }
+            if (PyErr_Occurred()) return -1;
+        }
+        PyObject *message = c.truncated
+            ? PyUnicode_FromFormat("record %lld: truncated", index)
+            : PyUnicode_FromFormat("record %lld: %U", index, c.message);
+        Py_XDECREF(c.message);
+        if (!message) return -1;
+        *error = Py_BuildValue("(Nn)", message, start);
+        return *error ? 1 : -1;
+    }
+    if (c.pos != end) {
+        *error = Py_BuildValue("(Nn)", PyUnicode_FromFormat(
+            "%zd bytes left after the last of %lld records", end - c.pos, count), c.pos);
+        return *error ? 1 : -1;
+    }
+    return 0;
+}
+
 /* parse_records(buf, pos, end, count, base_offset, base_timestamp, base_sequence)
- *   -> (list of RawRecord, None | (message, position)) */
+ *   -> (list of records, None | (message, position)) */
 PyObject *native_parse_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs != 7) {
         PyErr_SetString(PyExc_TypeError, "parse_records takes 7 arguments");
         return NULL;
     }
-    if (load_record_type() < 0) return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
@@ -234,42 +290,9 @@ PyObject *native_parse_records(PyObject *self, PyObject *const *args, Py_ssize_t
     }
     records = PyList_New(0);
     if (!records) goto done;
-    if (count < 0) {
-        error = Py_BuildValue("(Nn)", PyUnicode_FromFormat("negative record count %lld", count),
-                              pos);
-        goto pack;
-    }
-    Cursor c = { view.buf, view.len, pos, NULL, 0 };
-    Py_ssize_t start = pos;
-    long long index = 0;
-    for (; index < count; index++) {
-        start = c.pos;
-        if (c.pos >= end) {
-            fail(&c, "batch ends after %lld of %lld records", index, count);
-        } else {
-            PyObject *record = one_record(&c, end, base_offset, base_timestamp, base_sequence);
-            if (record) {
-                int rc = PyList_Append(records, record);
-                Py_DECREF(record);
-                if (rc < 0) goto done;
-                continue;
-            }
-            if (PyErr_Occurred()) goto done;
-        }
-        PyObject *message = c.truncated
-            ? PyUnicode_FromFormat("record %lld: truncated", index)
-            : PyUnicode_FromFormat("record %lld: %U", index, c.message);
-        Py_XDECREF(c.message);
-        if (!message) goto done;
-        error = Py_BuildValue("(Nn)", message, start);
-        goto pack;
-    }
-    if (c.pos != end) {
-        error = Py_BuildValue("(Nn)", PyUnicode_FromFormat(
-            "%zd bytes left after the last of %lld records", end - c.pos, count), c.pos);
-    }
-pack:
-    if (!error && PyErr_Occurred()) goto done;
+    if (native_parse_into(records, view.buf, view.len, pos, end, count, base_offset,
+                          base_timestamp, base_sequence,
+                          PyBytes_CheckExact(args[0]) ? args[0] : NULL, &error) < 0) goto done;
     result = PyTuple_Pack(2, records, error ? error : Py_None);
 done:
     Py_XDECREF(records);

@@ -109,11 +109,12 @@ static PyObject *get_or_none(PyObject *map, PyObject *key) {
     return Py_NewRef(v);
 }
 
-static int record_history(PyObject *ctx, PyObject *history, PyObject *record, PyObject *key) {
+static int record_history(PyObject *ctx, PyObject *history, PyObject *offset, PyObject *ts,
+                          PyObject *key) {
     PyObject *entry = PyTuple_New(8);
     if (!entry) return -1;
-    PyTuple_SET_ITEM(entry, 0, Py_NewRef(PyTuple_GET_ITEM(record, 0)));
-    PyTuple_SET_ITEM(entry, 1, Py_NewRef(PyTuple_GET_ITEM(record, 1)));
+    PyTuple_SET_ITEM(entry, 0, Py_NewRef(offset));
+    PyTuple_SET_ITEM(entry, 1, Py_NewRef(ts));
     PyTuple_SET_ITEM(entry, 2, Py_NewRef(key));
     static const int maps[5] = { 0, 1, 2, 3, 12 };
     for (int i = 0; i < 5; i++) {
@@ -127,8 +128,8 @@ static int record_history(PyObject *ctx, PyObject *history, PyObject *record, Py
 }
 
 /* 1 applied, 0 not taken (fall back), -1 error */
-static int apply_one(PyObject *ctx, PyObject *record, PyObject *decoded, PyObject *slot_table,
-                     PyObject *history) {
+static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *decoded,
+                     PyObject *slot_table, PyObject *history) {
     if (!Py_IS_TYPE(decoded, (PyTypeObject *)key_value_type)) return 0;
     PyObject *type_id = PyTuple_GET_ITEM(decoded, 0), *kind = PyTuple_GET_ITEM(decoded, 1);
     PyObject *key_values = PyTuple_GET_ITEM(decoded, 2), *version = PyTuple_GET_ITEM(decoded, 3);
@@ -200,8 +201,7 @@ static int apply_one(PyObject *ctx, PyObject *record, PyObject *decoded, PyObjec
         } else if (PyErr_Occurred()) {
             goto done;
         }
-        PyObject *res = PyObject_CallFunctionObjArgs(offsets_update, key, PyTuple_GET_ITEM(record, 0),
-                                                     Py_False, NULL);
+        PyObject *res = PyObject_CallFunctionObjArgs(offsets_update, key, offset, Py_False, NULL);
         if (!res) goto done;
         Py_DECREF(res);
     } else {
@@ -250,7 +250,7 @@ static int apply_one(PyObject *ctx, PyObject *record, PyObject *decoded, PyObjec
         Py_DECREF(next);
         if (r < 0) goto done;
     }
-    rc = history == Py_None ? 1 : (record_history(ctx, history, record, key) < 0 ? -1 : 1);
+    rc = history == Py_None ? 1 : (record_history(ctx, history, offset, ts, key) < 0 ? -1 : 1);
 done:
     Py_XDECREF(minus_one);
     Py_DECREF(key);
@@ -282,24 +282,36 @@ PyObject *native_share_apply(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (bound_time && (max_time = PyLong_AsLongLong(as_of_time)) == -1 && PyErr_Occurred()) return NULL;
     Py_ssize_t applied = 0;
     int stopped = 0;
-    PyObject *last_offset = Py_None, *last_ts = Py_None;
+    PyObject *last_offset = Py_NewRef(Py_None), *last_ts = Py_NewRef(Py_None);
+    PyObject *result = NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *record = PyList_GET_ITEM(records, i);
-        PyObject *offset = PyTuple_GET_ITEM(record, 0), *ts = PyTuple_GET_ITEM(record, 1);
+        PyObject *offset = native_record_field(record, 0);
+        PyObject *ts = offset ? native_record_field(record, 1) : NULL;
+        if (!ts) { Py_XDECREF(offset); goto done; }
         long long o = PyLong_AsLongLong(offset), t = PyLong_AsLongLong(ts);
-        if (PyErr_Occurred()) return NULL;
-        if ((bound_offset && o > max_offset) || (bound_time && t > max_time)) { stopped = 1; break; }
+        int rc = PyErr_Occurred() ? -1 : 1;
+        if (rc > 0 && ((bound_offset && o > max_offset) || (bound_time && t > max_time))) {
+            Py_DECREF(offset);
+            Py_DECREF(ts);
+            stopped = 1;
+            break;
+        }
         PyObject *item = PyList_GET_ITEM(decoded, i);
-        int rc = apply_one(ctx, record, item, slot_table, history);
-        if (rc < 0) return NULL;
+        if (rc > 0) rc = apply_one(ctx, offset, ts, item, slot_table, history);
         if (rc == 0) {
             PyObject *res = PyObject_CallFunctionObjArgs(fallback, record, item, NULL);
-            if (!res) return NULL;
-            Py_DECREF(res);
+            rc = res ? 1 : -1;
+            Py_XDECREF(res);
         }
+        if (rc < 0) { Py_DECREF(offset); Py_DECREF(ts); goto done; }
         applied++;
-        last_offset = offset;
-        last_ts = ts;
+        Py_SETREF(last_offset, offset);
+        Py_SETREF(last_ts, ts);
     }
-    return Py_BuildValue("(nOOO)", applied, stopped ? Py_True : Py_False, last_offset, last_ts);
+    result = Py_BuildValue("(nOOO)", applied, stopped ? Py_True : Py_False, last_offset, last_ts);
+done:
+    Py_DECREF(last_offset);
+    Py_DECREF(last_ts);
+    return result;
 }

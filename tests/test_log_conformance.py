@@ -152,11 +152,15 @@ def test_large_segment_streams_in_bounded_memory() -> None:
     assert peak < 2 << 20, peak
 
 
-def test_records_are_plain_tuples() -> None:
+def test_records_behave_as_raw_records() -> None:
+    """A record is a RawRecord, or (read in C) a native record that behaves as one."""
     data = (conformance_dir("kafka-4.4-dev") / "share_txn.log").read_bytes()
     batch = read_all(data)[0]
     assert isinstance(batch, Batch)
     record = batch.records[0]
-    assert isinstance(record, RawRecord) and isinstance(record, tuple)
-    assert record == (record.offset, record.timestamp, record.sequence, record.key,
-                      record.value, record.headers)
+    fields = (record.offset, record.timestamp, record.sequence, record.key, record.value,
+              record.headers)
+    assert record == fields and tuple(record) == fields and len(record) == 6
+    assert record == RawRecord(*fields) and RawRecord(*fields) == record
+    assert record._replace(timestamp=1) == RawRecord(*fields)._replace(timestamp=1)
+    assert isinstance(record, RawRecord) or type(record).__name__ == "Record"
