@@ -12,7 +12,7 @@ import base64
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any
+from typing import Any, NamedTuple
 
 from sharestate.log import (
     Batch,
@@ -69,8 +69,7 @@ def detect_segment(segment: Segment, *, dialect_name: str | None = None,
                   dialect_name=dialect_name)
 
 
-@dataclass(slots=True)
-class DecodedBatch:
+class DecodedBatch(NamedTuple):
     """A batch with every record decoded: `decoded[i]` belongs to `records[i]`.
 
     Data records decode to a `KeyValue` (its `error` says why one failed), control

@@ -167,6 +167,10 @@ class ShareReplay:
         context = (shard.native_context() if native.module is not None and history is None
                    else None)
         slots = _native_slots(tuple(sorted(set(self.log.dialects)))) if context else {}
+        apply = native.module.share_apply if context is not None and native.module else None
+        bounded = not as_of.unbounded
+        collect = self.collect_history
+        applier = _Applier(shard, findings, history)
         for item in self.log.batches():
             if isinstance(item, Finding):
                 findings.append(LogFinding(item.offset, item.position, item.kind,
@@ -176,19 +180,20 @@ class ShareReplay:
             records = item.records
             if not records:
                 continue
-            if as_of.passed(records[0].offset, records[0].timestamp):
+            if bounded and as_of.passed(records[0].offset, records[0].timestamp):
                 break
-            findings.extend(LogFinding(f.offset, f.position, f.kind, f.message)
-                            for f in item.findings)
+            if item.findings:
+                findings.extend(LogFinding(f.offset, f.position, f.kind, f.message)
+                                for f in item.findings)
             if result.log_start_offset is None:
                 result.log_start_offset = header.base_offset
             entries: list[HistoryEntry] = []
-            applier = _Applier(shard, header, findings, history,
-                               entries if self.collect_history else None)
-            if context is not None and native.module is not None:
-                applied, stopped, last_offset, last_timestamp = native.module.share_apply(
+            applier.header = header
+            applier.entries = entries if collect else None
+            if apply is not None:
+                applied, stopped, last_offset, last_timestamp = apply(
                     context, records, item.decoded, as_of.offset, as_of.time, slots,
-                    applier.apply, entries if self.collect_history else None)
+                    applier.apply, applier.entries)
             else:
                 applied, stopped, last_offset, last_timestamp = applier.apply_all(
                     records, item.decoded, as_of)
@@ -216,13 +221,15 @@ class _Applier:
 
     __slots__ = ("entries", "findings", "header", "history", "shard")
 
-    def __init__(self, shard: ShareShard, header: BatchHeader, findings: list[LogFinding],
-                 history: History | None, entries: list[HistoryEntry] | None) -> None:
+    def __init__(self, shard: ShareShard, findings: list[LogFinding],
+                 history: History | None) -> None:
         self.shard = shard
-        self.header = header
         self.findings = findings
         self.history = history
-        self.entries = entries
+        self.header: BatchHeader | None = None
+        """The batch being applied (set before each batch)."""
+        self.entries: list[HistoryEntry] | None = None
+        """Where history entries of this batch go (None: not collected)."""
 
     def apply_all(self, records: list[RawRecord], decoded: list[Any],
                   as_of: AsOf) -> tuple[int, bool, int | None, int | None]:
@@ -241,6 +248,7 @@ class _Applier:
         """Apply one record: a control marker, a finding, or a share-state record."""
         offset = record.offset
         header = self.header
+        assert header is not None
         if isinstance(decoded, ControlRecord):
             if decoded.type in ("COMMIT", "ABORT"):
                 self.shard.end_transaction(header.producer_id, decoded.type == "COMMIT", offset)
