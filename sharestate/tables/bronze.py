@@ -56,6 +56,7 @@ STAGING = staging_schema()
 
 # RawRecord items (offset, timestamp, key, value) and BatchHeader items, by position.
 _RECORD_PATHS = ((0,), (1,), (3,), (4,))
+_DECODED_PATHS = ((0,), (3,), (5,))  # KeyValue: type id, value version, error
 _HEADER_COLUMNS = (("position", 0), ("batch_base_offset", 1), ("batch_last_offset", 2),
                    ("batch_size", 3), ("partition_leader_epoch", 4), ("magic", 5),
                    ("crc_valid", 7), ("compression", 8), ("timestamp_type", 9),
@@ -77,106 +78,137 @@ class Split:
 
 
 class _Chunk:
-    """Column lists of one output record batch.
+    """The rows of one output record batch, gathered per batch and turned into columns at
+    once: record objects (native records are not GC-tracked), per-record decoded columns,
+    one header per batch, and the rare findings on the side."""
 
-    Only plain values (ints, strings, bytes) are kept between batches: holding many decoded
-    tuples alive would make Python's cyclic GC rescan them over and over.
-    """
+    def __init__(self, names: dict[int, str]) -> None:
+        self.names = names  # record type id -> record name, for the topic and dialect
+        self.records: list[Any] = []
+        self.batch_index: list[int] = []
+        self.headers: list[Any] = []
+        self.type_ids: list[Any] = []
+        self.versions: list[Any] = []
+        self.timestamp_types: list[Any] | None = None
+        self.row_findings: dict[int, tuple[str, str, bytes | None]] = {}
+        self.controls: dict[int, tuple[str, int | None]] = {}
+        self.extra: list[dict[str, Any]] = []
 
-    def __init__(self) -> None:
-        self.columns: dict[str, list[Any]] = {f.name: [] for f in STAGING}
-        self.size = 0
+    @property
+    def size(self) -> int:
+        return len(self.records) + len(self.extra)
 
     def add_batch(self, batch: Batch, decoded: list[Any]) -> None:
-        header = batch.header
-        crc = next((f for f in batch.findings if f.kind == "crc_mismatch"), None)
-        self.add_records(batch.records, decoded,
-                         {name: header[index] for name, index in _HEADER_COLUMNS},
-                         None, crc)
+        """Every record of `batch` and its findings."""
+        self.add_records(batch.records, decoded, batch.header,
+                         next((f for f in batch.findings if f.kind == "crc_mismatch"), None))
         for finding in batch.findings:
             if finding.kind != "crc_mismatch":
-                self.add_finding(finding, batch)
+                self.add_finding(finding, batch.header)
 
     def add_findings_of(self, batch: Batch, decoded: list[Any]) -> None:
         """Only the rows of `batch` that carry a finding."""
-        header = batch.header
         crc = next((f for f in batch.findings if f.kind == "crc_mismatch"), None)
         bad = [i for i, d in enumerate(decoded) if crc is not None or isinstance(d, Finding)
                or (isinstance(d, KeyValue) and d.error is not None)]
         if bad:
             self.add_records([batch.records[i] for i in bad], [decoded[i] for i in bad],
-                             {name: header[index] for name, index in _HEADER_COLUMNS}, None,
-                             crc)
+                             batch.header, crc)
         for finding in batch.findings:
             if finding.kind != "crc_mismatch":
-                self.add_finding(finding, batch)
+                self.add_finding(finding, batch.header)
 
-    def add_records(self, records: list[RawRecord], decoded: list[Any],
-                    header_values: dict[str, Any], timestamp_types: list[Any] | None,
-                    crc: Finding | None = None) -> None:
-        """Rows for `records` (decoded alike), with per-batch values repeated."""
+    def add_records(self, records: list[Any], decoded: list[Any], header: Any,
+                    crc: Finding | None = None,
+                    timestamp_types: list[Any] | None = None) -> None:
+        """Rows for `records` of one batch (`header` None: no batch seen, a consumer's)."""
+        first = len(self.records)
         n = len(records)
-        columns = self.columns
-        offsets, timestamps, keys, values = transpose(records, _RECORD_PATHS)
-        columns["offset"].extend(offsets)
-        columns["timestamp"].extend(timestamps)
-        columns["key"].extend(keys)
-        columns["value"].extend(values)
-        for item, record in zip(decoded, records, strict=True):
-            kind = message = raw = type_id = name = version = control = epoch = None
-            if isinstance(item, KeyValue):
-                type_id, version = item.type_id, item.value_version
-                name = item.kind.name if item.kind is not None else None
-                if item.error is not None:
-                    kind, message = item.error.kind, item.error.message
-                    raw = record.value if record.value is not None else record.key
-            elif isinstance(item, ControlRecord):
-                control, epoch = item.type, item.coordinator_epoch
-            else:
-                kind, message, raw = item.kind, item.message, item.raw
-            if kind is None and crc is not None:
-                kind, message = crc.kind, crc.message
-            columns["record_type_id"].append(type_id)
-            columns["record_type"].append(name)
-            columns["value_version"].append(version)
-            columns["control_type"].append(control)
-            columns["coordinator_epoch"].append(epoch)
-            columns["finding_kind"].append(kind)
-            columns["finding_message"].append(message)
-            columns["raw"].append(raw)
-            columns["raw_length"].append(None if raw is None else len(raw))
-        columns["row_kind"].extend(["record"] * n)
-        for name, value in header_values.items():
-            columns[name].extend([value] * n)
+        self.records.extend(records)
+        self.batch_index.extend([len(self.headers)] * n)
+        self.headers.append(header)
         if timestamp_types is not None:
-            columns["timestamp_type"][-n:] = timestamp_types
-        self.size += n
+            if self.timestamp_types is None:
+                self.timestamp_types = [None] * first
+            self.timestamp_types.extend(timestamp_types)
+        elif self.timestamp_types is not None:
+            self.timestamp_types.extend([None] * n)
+        if decoded and isinstance(decoded[0], KeyValue):
+            type_ids, versions, errors = transpose(decoded, _DECODED_PATHS)
+            self.type_ids.extend(type_ids)
+            self.versions.extend(versions)
+            if any(e is not None for e in errors):
+                for j, error in enumerate(errors):
+                    if error is not None:
+                        record = records[j]
+                        raw = record.value if record.value is not None else record.key
+                        self.row_findings[first + j] = (error.kind, error.message, raw)
+        else:
+            self.type_ids.extend([None] * n)
+            self.versions.extend([None] * n)
+            for j, item in enumerate(decoded):
+                if isinstance(item, ControlRecord):
+                    self.controls[first + j] = (item.type, item.coordinator_epoch)
+                elif isinstance(item, Finding):
+                    self.row_findings[first + j] = (item.kind, item.message, item.raw)
+        if crc is not None:
+            for j in range(first, first + n):
+                self.row_findings.setdefault(j, (crc.kind, crc.message, None))
 
-    def add_finding(self, finding: Finding, batch: Batch | None = None) -> None:
-        columns = self.columns
-        row = {"offset": finding.offset, "row_kind": "finding", "finding_kind": finding.kind,
-               "finding_message": finding.message, "raw": finding.raw,
-               "raw_length": finding.raw_length}
-        if batch is not None:
-            row.update({name: batch.header[index] for name, index in _HEADER_COLUMNS})
+    def add_finding(self, finding: Finding, header: Any = None) -> None:
+        """A finding that is not a record: garbage, truncation, a bad batch."""
+        row: dict[str, Any] = {"offset": finding.offset, "row_kind": "finding",
+                               "finding_kind": finding.kind,
+                               "finding_message": finding.message, "raw": finding.raw,
+                               "raw_length": finding.raw_length}
+        if header is not None:
+            row.update({name: header[index] for name, index in _HEADER_COLUMNS})
         row["position"] = finding.position
-        for name in _ROW_COLUMNS:
-            columns[name].append(row.get(name))
-        self.size += 1
+        self.extra.append(row)
 
     def batch(self, constant: dict[str, Any], **per_row: list[Any]) -> pa.RecordBatch:
-        columns = self.columns
+        """The gathered rows as one staging record batch."""
+        n_rec = len(self.records)
+        extra = self.extra
+        columns: dict[str, Any] = {}
+        offsets, timestamps, keys, values = transpose(self.records, _RECORD_PATHS)
+        names = self.names
+        findings = self.row_findings
+        kinds: list[Any] = [None] * n_rec
+        messages: list[Any] = [None] * n_rec
+        raws: list[Any] = [None] * n_rec
+        for i, (kind, message, raw) in findings.items():
+            kinds[i], messages[i], raws[i] = kind, message, raw
+        controls: list[Any] = [None] * n_rec
+        epochs: list[Any] = [None] * n_rec
+        for i, (control, epoch) in self.controls.items():
+            controls[i], epochs[i] = control, epoch
+        record_part = {
+            "offset": offsets, "timestamp": timestamps, "key": keys, "value": values,
+            "record_type_id": self.type_ids,
+            "record_type": [names.get(t) if t is not None else None for t in self.type_ids],
+            "value_version": self.versions, "control_type": controls,
+            "coordinator_epoch": epochs, "row_kind": ["record"] * n_rec,
+            "finding_kind": kinds, "finding_message": messages, "raw": raws,
+            "raw_length": [None if r is None else len(r) for r in raws]}
+        index = pa.array(self.batch_index, pa.int32())
+        for name, position in _HEADER_COLUMNS:
+            per_batch = pa.array([None if h is None else h[position] for h in self.headers],
+                                 STAGING.field(name).type)
+            columns[name] = pa.concat_arrays([
+                per_batch.take(index),
+                pa.array([row.get(name) for row in extra], STAGING.field(name).type)])
+        if self.timestamp_types is not None:
+            columns["timestamp_type"] = pa.array(self.timestamp_types + [
+                row.get("timestamp_type") for row in extra], pa.string())
+        for name, part in record_part.items():
+            columns[name] = part + [row.get(name) for row in extra]
         columns["decode_status"] = [k or "ok" for k in columns["finding_kind"]]
+        size = n_rec + len(extra)
         for name, value in constant.items():
-            columns[name] = [value] * self.size
+            columns[name] = [value] * size
         columns.update(per_row)
         return pa.RecordBatch.from_pydict(columns, schema=STAGING)
-
-
-_ROW_COLUMNS = ("offset", "timestamp", "key", "value", "record_type_id", "record_type",
-                "value_version", "control_type", "coordinator_epoch", "row_kind",
-                "finding_kind", "finding_message", "raw", "raw_length",
-                *(name for name, _ in _HEADER_COLUMNS))
 
 
 def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
@@ -191,11 +223,12 @@ def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
     if detection is None:
         detection = detect_segment(segment)
     schemas = dialect(detection.dialect)
+    names = _record_names(detection.dialect, detection.topic)
     constant = {"source": split.source, "topic": detection.topic,
                 "partition": -1 if segment.partition is None else segment.partition,
                 "segment": segment.base_offset or 0, "dialect": detection.dialect,
                 "ingest_run": run_id}
-    chunk = _Chunk()
+    chunk = _Chunk(names)
     with segment.open() as stream:
         for item in read_batches(stream, start_position=split.start, end_position=split.end):
             if isinstance(item, Finding):
@@ -211,9 +244,14 @@ def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
                     chunk.add_batch(item, decoded)
             if chunk.size >= rows_per_batch:
                 yield chunk.batch(constant)
-                chunk = _Chunk()
+                chunk = _Chunk(names)
     if chunk.size:
         yield chunk.batch(constant)
+
+
+def _record_names(dialect_name: str, topic: str) -> dict[int, str]:
+    return {type_id: kind.name
+            for type_id, kind in dialect(dialect_name).topics.get(topic, {}).items()}
 
 
 LIVE_CHUNK = 1_000_000
@@ -252,10 +290,9 @@ def consumer_rows(raw: Iterator[pa.RecordBatch], run_id: str, source: str,
                 detection = detections[(topic, partition)] = detect(
                     ((r.key, r.value) for r in records[:SAMPLE_RECORDS]), topic=topic,
                     dialect_name=dialect_name)
-            chunk = _Chunk()
-            header_values = {name: None for name, _ in _HEADER_COLUMNS}
+            chunk = _Chunk(_record_names(detection.dialect, topic))
             chunk.add_records(records, decode_key_values(dialect(detection.dialect), topic,
-                                                         records), header_values,
+                                                         records), None, None,
                               [columns["timestamp_type"][j] for j in range(start, i)])
             segments = [chunk_of(o) for o in columns["offset"][start:i]]
             yield chunk.batch({"source": source, "topic": topic, "partition": partition,
