@@ -24,7 +24,7 @@ setup(
     ext_modules=[Extension(
         "sharestate._native",
         sources=["csrc/module.c", "csrc/structs.c", "csrc/records.c", "csrc/batches.c",
-                 "csrc/keyvalue.c", "csrc/combine.c", "csrc/replay.c",
+                 "csrc/keyvalue.c", "csrc/combine.c", "csrc/replay.c", "csrc/audit.c",
                  "csrc/columns.c", "csrc/record_type.c"],
         depends=["csrc/native.h"],
         extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"],

@@ -27,7 +27,9 @@ def measure(paths: list[str]) -> dict[str, float]:
     from sharestate.log import discover
     from sharestate.replay.logs import partition_logs
     from sharestate.replay.share_log import replay_share_log
+    from sharestate.runtime import quiet_gc
 
+    quiet_gc()  # as the CLI and the pipeline's tasks run
     logs = [log for log in partition_logs(discover(paths)) if log.topic == "__share_group_state"]
     best = 0.0
     records = 0

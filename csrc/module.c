@@ -59,6 +59,8 @@ static PyMethodDef methods[] = {
      "combine(so_far, new, start_offset) -> batches (Kafka 4.4's combiner)"},
     {"share_apply", (PyCFunction)(void (*)(void))native_share_apply, METH_FASTCALL,
      "share_apply(context, records, decoded, as_of_offset, as_of_time, slots, fallback, history)"},
+    {"share_audit", (PyCFunction)(void (*)(void))native_share_audit, METH_FASTCALL,
+     "share_audit(seen, seen_type, key_type, records, decoded, slots, fallback)"},
     {"flatten_batches", native_flatten_batches, METH_VARARGS,
      "flatten_batches(states, item=7) -> (offsets, first, last, state, count, valid) buffers"},
     {"transpose", (PyCFunction)(void (*)(void))native_transpose, METH_FASTCALL,

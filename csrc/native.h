@@ -38,6 +38,7 @@ PyObject *native_scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 PyObject *native_decode_key_values(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_combine(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_share_apply(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *native_share_audit(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_flatten_batches(PyObject *self, PyObject *args);
 PyObject *native_transpose(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 extern PyTypeObject NativeRecordType;

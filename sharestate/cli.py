@@ -25,6 +25,7 @@ from sharestate.replay.group_log import replay_group_log
 from sharestate.replay.logs import AsOf, PartitionLog, parse_time, partition_logs
 from sharestate.replay.share_log import LogFinding, ShareLogResult, replay_share_log
 from sharestate.replay.views import offset_row, prune_row, state_row
+from sharestate.runtime import quiet_gc
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
@@ -449,6 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    quiet_gc()
     try:
         args = build_parser().parse_args(argv)
         func: Callable[[argparse.Namespace], int] = args.func

@@ -177,7 +177,7 @@ def _log(name: str) -> PartitionLog:
 
 
 def _walk(log: PartitionLog) -> list[dict[str, Any]]:
-    auditor = ShareAuditor(log.partition)
+    auditor = ShareAuditor(log.partition, dialects=log.dialects)
     for item in log.batches():
         auditor.batch(item)
     return auditor.drain()

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from conftest import conformance_dir
 
-from pipelines import jobs
 from pipelines.run_all import main as run_all
 from pipelines.session import build_session
 from sharestate.lake import open_lake

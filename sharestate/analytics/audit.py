@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
+from sharestate import native
 from sharestate.coordinator.group_metadata import SharePartitionMetadata
 from sharestate.coordinator.share_checks import (
     initialized_without_state,
@@ -62,7 +63,7 @@ from sharestate.log import ControlRecord, Finding, RawRecord
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.records.keyvalue import KeyValue
 from sharestate.records.segment import DecodedBatch
-from sharestate.replay.share_log import LogFinding
+from sharestate.replay.share_log import LogFinding, native_slots
 
 INFO: Final = "info"
 WARNING: Final = "warning"
@@ -232,13 +233,18 @@ class _Seen(NamedTuple):
 class ShareAuditor:
     """Per-record rules over one `__share_group_state` partition, plus its transactions."""
 
-    def __init__(self, partition: int | None, topic: str = SHARE_STATE_TOPIC) -> None:
+    def __init__(self, partition: int | None, topic: str = SHARE_STATE_TOPIC,
+                 dialects: tuple[str, ...] | None = None) -> None:
+        """`dialects`: the record dialects of the log fed to `batch`; when given and the
+        C extension is built, records that raise no finding are taken in C."""
         self.topic = topic
         self.partition = partition
         self.rows: list[Row] = []
         self.transactions = TransactionAuditor(topic, partition, self.rows)
         self._seen: dict[ShareKey, _Seen] = {}
         self._deleted: dict[ShareKey, int | None] = {}
+        self._slots = (native_slots(tuple(sorted(set(dialects))))
+                       if dialects and native.module is not None else None)
 
     def drain(self) -> list[Row]:
         """The findings emitted since the last call (its transactions' included)."""
@@ -246,6 +252,12 @@ class ShareAuditor:
 
     def batch(self, item: DecodedBatch | Finding) -> None:
         """Feed a decoded batch: its share-state records and its transactional records."""
+        if self._slots is not None and not isinstance(item, Finding) \
+                and not item.header.is_transactional and not item.header.is_control:
+            assert native.module is not None
+            native.module.share_audit(self._seen, _Seen, ShareKey, item.records, item.decoded,
+                                      self._slots, self._decoded)
+            return
         self.transactions.batch(item, self._decoded)
 
     def _decoded(self, record: RawRecord, decoded: KeyValue) -> Subject:

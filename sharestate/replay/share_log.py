@@ -166,7 +166,7 @@ class ShareReplay:
         history = self.history
         context = (shard.native_context() if native.module is not None and history is None
                    else None)
-        slots = _native_slots(tuple(sorted(set(self.log.dialects)))) if context else {}
+        slots = native_slots(tuple(sorted(set(self.log.dialects)))) if context else {}
         apply = native.module.share_apply if context is not None and native.module else None
         bounded = not as_of.unbounded
         collect = self.collect_history
@@ -285,8 +285,9 @@ def _where(record: RawRecord | None) -> tuple[int | None, int | None]:
 
 
 @cache
-def _native_slots(dialects: tuple[str, ...]) -> dict[int, tuple[int, ...]]:
-    """Value slot tables of the share record kinds of `dialects`, keyed type << 16 | version."""
+def native_slots(dialects: tuple[str, ...]) -> dict[int, tuple[int, ...]]:
+    """Value slot tables of the share record kinds of `dialects`, keyed type << 16 | version
+    (what `sharestate._native.share_apply` and `share_audit` read)."""
     table: dict[int, tuple[int, ...]] = {}
     for name in dialects:
         for type_id, kind in dialect(name).topics.get(SHARE_STATE_TOPIC, {}).items():

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sharestate.log import BatchHeader, ControlRecord, Finding, RawRecord, parse_control
 from sharestate.records.catalog import Dialect, dialect
@@ -47,46 +50,72 @@ class ArrowLog:
     def batches(self) -> Iterator[DecodedBatch | Finding]:
         schemas = dialect(self.dialect_name)
         for data in self.rows:
-            columns = {name: data.column(name).to_pylist() for name in COLUMNS}
-            positions = columns["position"]
-            bases = columns["batch_base_offset"]
-            start = 0
-            n = data.num_rows
-            for i in range(1, n + 1):
-                if i == n or positions[i] is None or positions[i] != positions[start] \
-                        or bases[i] != bases[start]:
-                    yield _batch(columns, start, i, schemas, self.topic)
-                    start = i
+            if data.num_rows:
+                yield from _chunk_batches(data, schemas, self.topic)
 
 
-def _value(value: Any, default: Any) -> Any:
-    return default if value is None else value
+HEADER_DEFAULTS: dict[str, Any] = {
+    "position": -1, "batch_size": 0, "partition_leader_epoch": -1, "magic": 2,
+    "crc_valid": True, "compression": "none", "timestamp_type": "CreateTime",
+    "producer_id": -1, "producer_epoch": -1, "is_transactional": False, "is_control": False}
 
 
-def _batch(columns: dict[str, list[Any]], start: int, end: int, schemas: Dialect,
-           topic: str) -> DecodedBatch:
-    def first(name: str, default: Any) -> Any:
-        return _value(columns[name][start], default)
+def _starts(data: pa.RecordBatch) -> np.ndarray:
+    """Row indexes where a batch begins: the position or base offset changes; a row without
+    a position is a batch of its own."""
+    positions = data.column("position")
+    missing = positions.is_null().to_numpy(zero_copy_only=False)
+    position = positions.fill_null(-1).to_numpy()
+    base = data.column("batch_base_offset").fill_null(-1).to_numpy()
+    change = np.ones(data.num_rows, dtype=bool)
+    change[1:] = ((position[1:] != position[:-1]) | (base[1:] != base[:-1])
+                  | missing[1:] | missing[:-1])
+    return np.flatnonzero(change)
 
-    offsets = columns["offset"][start:end]
-    timestamps = columns["timestamp"][start:end]
-    header = BatchHeader(
-        first("position", -1), first("batch_base_offset", offsets[0]),
-        first("batch_last_offset", offsets[-1]), first("batch_size", 0),
-        first("partition_leader_epoch", -1), first("magic", 2), 0, first("crc_valid", True),
-        first("compression", "none"), first("timestamp_type", "CreateTime"),
-        _value(timestamps[0], -1), _value(max(t for t in timestamps if t is not None)
-                                          if any(t is not None for t in timestamps) else None,
-                                          -1),
-        first("producer_id", -1), first("producer_epoch", -1), -1,
-        bool(first("is_transactional", False)), bool(first("is_control", False)),
-        end - start, False)
-    records = [RawRecord(o, t, -1, k, v, ()) for o, t, k, v in
-               zip(offsets, timestamps, columns["key"][start:end],
-                   columns["value"][start:end], strict=True)]
-    decoded: list[KeyValue | ControlRecord | Finding]
-    if header.is_control:
-        decoded = [parse_control(r, header) for r in records]
-    else:
-        decoded = list(decode_key_values(schemas, topic, records))
-    return DecodedBatch(header, records, decoded, [])
+
+def _chunk_batches(data: pa.RecordBatch, schemas: Dialect, topic: str
+                   ) -> Iterator[DecodedBatch]:
+    """The batches of one chunk of rows, headers and records built column-wise."""
+    n = data.num_rows
+    starts = _starts(data)
+    ends = np.append(starts[1:], n)
+    take = pa.array(starts)
+    offsets = data.column("offset")
+    timestamps = data.column("timestamp")
+    # max over each batch's timestamps (nulls ignored; -1 where a batch has none)
+    stamp = timestamps.fill_null(np.iinfo(np.int64).min).to_numpy()
+    max_stamp = np.maximum.reduceat(stamp, starts)
+    max_stamp[max_stamp == np.iinfo(np.int64).min] = -1
+
+    def first(name: str) -> list[Any]:
+        values: list[Any] = data.column(name).take(take).fill_null(
+            HEADER_DEFAULTS[name]).to_pylist()
+        return values
+
+    def coalesce(name: str, fallback: pa.Array) -> list[Any]:
+        values: list[Any] = pc.coalesce(data.column(name).take(take), fallback).to_pylist()
+        return values
+
+    count = len(starts)
+    headers = list(map(
+        BatchHeader, first("position"),
+        coalesce("batch_base_offset", offsets.take(take)),
+        coalesce("batch_last_offset", offsets.take(pa.array(ends - 1))),
+        first("batch_size"), first("partition_leader_epoch"), first("magic"), repeat(0, count),
+        first("crc_valid"), first("compression"), first("timestamp_type"),
+        timestamps.take(take).fill_null(-1).to_pylist(), max_stamp.tolist(),
+        first("producer_id"), first("producer_epoch"), repeat(-1, count),
+        first("is_transactional"), first("is_control"), (ends - starts).tolist(),
+        repeat(False, count)))
+    records = list(map(RawRecord, offsets.to_pylist(), timestamps.to_pylist(), repeat(-1, n),
+                       data.column("key").to_pylist(), data.column("value").to_pylist(),
+                       repeat((), n)))
+    data_rows = [r for header, s, e in zip(headers, starts.tolist(), ends.tolist(), strict=True)
+                 if not header.is_control for r in records[s:e]]
+    decoded = iter(decode_key_values(schemas, topic, data_rows))
+    for header, s, e in zip(headers, starts.tolist(), ends.tolist(), strict=True):
+        batch = records[s:e]
+        items: list[KeyValue | ControlRecord | Finding] = (
+            [parse_control(r, header) for r in batch] if header.is_control
+            else [next(decoded) for _ in batch])
+        yield DecodedBatch(header, batch, items, [])

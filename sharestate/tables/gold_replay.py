@@ -123,7 +123,7 @@ def share_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator
     """Gold rows for bronze rows of `__share_group_state` (see the module)."""
     for partition, slices in _partitions(rows):
         dialect, slices = _first_dialect(slices)
-        auditor = ShareAuditor(partition)
+        auditor = ShareAuditor(partition, dialects=(dialect,))
         log = _AuditedLog(ArrowLog(SHARE_STATE_TOPIC, partition, slices, dialect), auditor,
                           options.as_of)
         replay = ShareReplay(log, as_of=options.as_of, semantics=options.semantics,

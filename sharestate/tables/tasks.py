@@ -7,7 +7,6 @@ its input once whatever the number of tables. Pure pyarrow and the core; no Spar
 
 from __future__ import annotations
 
-import gc
 import itertools
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ import pyarrow.compute as pc
 
 from sharestate.log import segment_of
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
+from sharestate.runtime import quiet_gc
 from sharestate.tables import bronze, gold_replay
 from sharestate.tables.gold_replay import GoldOptions, Rows, read_partition_files
 from sharestate.tables.silver import group_rows, share_state_rows
@@ -25,11 +25,6 @@ from sharestate.tables.spec import table
 _LOG_RECORDS = table("log_records").names
 _ERROR_COLUMNS = {"kind": "finding_kind", "message": "finding_message"}
 _DECODE_ERRORS = table("decode_errors").names
-
-
-def _quiet_gc() -> None:
-    """Tasks hold many short-lived tuples: collect less often (a large speed-up)."""
-    gc.set_threshold(100_000, 50, 100)
 
 
 def bronze_tables(staging: Iterable[pa.RecordBatch]) -> Iterator[Rows]:
@@ -46,7 +41,7 @@ def bronze_tables(staging: Iterable[pa.RecordBatch]) -> Iterator[Rows]:
 
 def ingest_splits(splits: Iterator[pa.RecordBatch], run_id: str) -> Iterator[Rows]:
     """Read each split (rows: path, start, end) of a segment into the bronze tables."""
-    _quiet_gc()
+    quiet_gc()
     for batch in splits:
         for row in batch.to_pylist():
             split = bronze.Split(segment_of(Path(row["path"])), row["start"], row["end"])
@@ -55,13 +50,13 @@ def ingest_splits(splits: Iterator[pa.RecordBatch], run_id: str) -> Iterator[Row
 
 def ingest_consumed(raw: Iterator[pa.RecordBatch], run_id: str, source: str) -> Iterator[Rows]:
     """Rows read from a live cluster into the bronze tables."""
-    _quiet_gc()
+    quiet_gc()
     yield from bronze_tables(bronze.consumer_rows(raw, run_id, source))
 
 
 def silver_tables(rows: Iterator[pa.RecordBatch]) -> Iterator[Rows]:
     """Bronze `log_records` rows (any topic) as `share_state_records` / `group_records`."""
-    _quiet_gc()
+    quiet_gc()
     for batch in rows:
         topics = batch.column("topic")
         for topic, name, convert in (
@@ -75,7 +70,7 @@ def silver_tables(rows: Iterator[pa.RecordBatch]) -> Iterator[Rows]:
 def replay_partitions(tasks: Iterator[pa.RecordBatch], options: GoldOptions) -> Iterator[Rows]:
     """Replay tasks (rows: topic, partition, files) into the gold tables; each task reads its
     partition's bronze files itself, in offset order."""
-    _quiet_gc()
+    quiet_gc()
     for batch in tasks:
         for topic, group in itertools.groupby(batch.to_pylist(), key=lambda r: r["topic"]):
             rows = (part for task in group
@@ -88,7 +83,7 @@ def replay_partitions(tasks: Iterator[pa.RecordBatch], options: GoldOptions) -> 
 
 def replay_rows(rows: Iterator[pa.RecordBatch], options: GoldOptions) -> Iterator[Rows]:
     """Replay bronze rows ordered by (topic, partition, offset) into the gold tables."""
-    _quiet_gc()
+    quiet_gc()
 
     def pieces() -> Iterator[tuple[str, pa.RecordBatch]]:
         for batch in rows:

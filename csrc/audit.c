@@ -1,0 +1,170 @@
+/* Native fast path of sharestate/analytics/audit.py: ShareAuditor.observe for the records
+ * that raise no finding.
+ *
+ * share_audit(seen, seen_type, key_type, records, decoded, slots, fallback) -> None
+ *   seen      : ShareAuditor._seen, {ShareKey: _Seen}, updated in place
+ *   seen_type : the _Seen NamedTuple class (max_leader_epoch, max_state_epoch, state_epoch,
+ *               snapshot_epoch, start_offset)
+ *   key_type  : the ShareKey NamedTuple class
+ *   slots     : the value slot table share_apply reads ({type_id << 16 | version: ...})
+ *   fallback  : callable(record, decoded), ShareAuditor's per-record Python path
+ * A decoded share-state record of a key already seen is applied here when no rule fires:
+ * same state epoch and next snapshot epoch for a snapshot, no leader-epoch or SPSO
+ * regression. Every other decoded record (first sight of a key, tombstones, unknown layouts,
+ * anything that makes a finding) goes to `fallback`, in order; items that are not clean
+ * KeyValues (control records, errors) are skipped, as the Python path skips them.
+ */
+#include "native.h"
+
+static PyObject *key_value_type = NULL;
+
+static int load_types(void) {
+    if (key_value_type) return 0;
+    PyObject *kv = PyImport_ImportModule("sharestate.records.keyvalue");
+    if (!kv) return -1;
+    key_value_type = PyObject_GetAttrString(kv, "KeyValue");
+    Py_DECREF(kv);
+    return key_value_type ? 0 : -1;
+}
+
+enum { MAX_LEADER, MAX_STATE, STATE_EPOCH, SNAPSHOT_EPOCH, START, SEEN_FIELDS };
+
+static long slot(PyObject *slots, int i) {
+    return PyLong_AsLong(PyTuple_GET_ITEM(slots, i));
+}
+
+/* *out = the int at values[index]; 0 ok, -1 error (or not an int). */
+static int int_at(PyObject *values, long index, long long *out) {
+    *out = PyLong_AsLongLong(PyTuple_GET_ITEM(values, index));
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static PyObject *seen_of(PyObject *type, PyObject *items[SEEN_FIELDS]) {
+    PyObject *seen = ((PyTypeObject *)type)->tp_alloc((PyTypeObject *)type, SEEN_FIELDS);
+    for (int i = 0; i < SEEN_FIELDS; i++) {
+        if (seen) PyTuple_SET_ITEM(seen, i, items[i]);
+        else Py_XDECREF(items[i]);
+    }
+    return seen;
+}
+
+static PyObject *larger(PyObject *a, long long va, PyObject *b, long long vb) {
+    return Py_NewRef(vb > va ? b : a);
+}
+
+/* 1 applied, 0 not taken (fall back), -1 error. */
+static int audit_one(PyObject *seen, PyObject *seen_type, PyObject *key_type,
+                     PyObject *decoded, PyObject *slot_table) {
+    PyObject *type_id = PyTuple_GET_ITEM(decoded, 0), *kind = PyTuple_GET_ITEM(decoded, 1);
+    PyObject *key_values = PyTuple_GET_ITEM(decoded, 2), *version = PyTuple_GET_ITEM(decoded, 3);
+    PyObject *values = PyTuple_GET_ITEM(decoded, 4);
+    if (values == Py_None || version == Py_None) return 0;
+    long tid = PyLong_AsLong(type_id), ver = PyLong_AsLong(version);
+    if (PyErr_Occurred()) return -1;
+    PyObject *slot_key = PyLong_FromLong((tid << 16) | (ver & 0xFFFF));
+    if (!slot_key) return -1;
+    PyObject *slots = PyDict_GetItemWithError(slot_table, slot_key);
+    Py_DECREF(slot_key);
+    if (!slots) return PyErr_Occurred() ? -1 : 0;
+    (void)kind;
+
+    PyObject *key = ((PyTypeObject *)key_type)->tp_alloc((PyTypeObject *)key_type, 3);
+    if (!key) return -1;
+    for (int i = 0; i < 3; i++) PyTuple_SET_ITEM(key, i, Py_NewRef(PyTuple_GET_ITEM(key_values, i)));
+    int rc = -1;
+    PyObject *prev = PyDict_GetItemWithError(seen, key);
+    if (!prev) { rc = PyErr_Occurred() ? -1 : 0; goto done; }
+
+    long long leader, start, max_leader, prev_start, snapshot_epoch, prev_snapshot_epoch;
+    long li = slot(slots, 3), si = slot(slots, 4), sni = slot(slots, 1);
+    if (int_at(values, li, &leader) < 0 || int_at(values, si, &start) < 0
+        || int_at(values, sni, &snapshot_epoch) < 0
+        || int_at(prev, MAX_LEADER, &max_leader) < 0 || int_at(prev, START, &prev_start) < 0
+        || int_at(prev, SNAPSHOT_EPOCH, &prev_snapshot_epoch) < 0) goto done;
+    /* epoch_regression (leader) and spso_regression are findings: the Python path. */
+    if ((leader != -1 && leader < max_leader)
+        || (start != -1 && prev_start != -1 && start < prev_start)) { rc = 0; goto done; }
+    PyObject *leader_obj = PyTuple_GET_ITEM(values, li);
+    PyObject *max_leader_obj = larger(PyTuple_GET_ITEM(prev, MAX_LEADER), max_leader,
+                                      leader_obj, leader);
+    PyObject *items[SEEN_FIELDS];
+    if (PyObject_IsTrue(PyTuple_GET_ITEM(slots, 0))) {
+        long sei = slot(slots, 2);
+        PyObject *prev_state = PyTuple_GET_ITEM(prev, STATE_EPOCH);
+        long long state_epoch, prev_state_epoch;
+        /* A snapshot is quiet only in the same state epoch, with the next snapshot epoch. */
+        if (sei < 0 || prev_state == Py_None || snapshot_epoch != prev_snapshot_epoch + 1) {
+            Py_DECREF(max_leader_obj);
+            rc = 0;
+            goto done;
+        }
+        if (int_at(values, sei, &state_epoch) < 0 || int_at(prev, STATE_EPOCH, &prev_state_epoch) < 0) {
+            Py_DECREF(max_leader_obj);
+            goto done;
+        }
+        if (state_epoch != prev_state_epoch) { Py_DECREF(max_leader_obj); rc = 0; goto done; }
+        PyObject *state_obj = PyTuple_GET_ITEM(values, sei);
+        PyObject *prev_max_state = PyTuple_GET_ITEM(prev, MAX_STATE);
+        PyObject *max_state;
+        if (prev_max_state == Py_None) {
+            max_state = Py_NewRef(state_obj);
+        } else {
+            long long pm;
+            if (int_at(prev, MAX_STATE, &pm) < 0) { Py_DECREF(max_leader_obj); goto done; }
+            max_state = larger(prev_max_state, pm, state_obj, state_epoch);
+        }
+        items[MAX_LEADER] = max_leader_obj;
+        items[MAX_STATE] = max_state;
+        items[STATE_EPOCH] = Py_NewRef(state_obj);
+        items[SNAPSHOT_EPOCH] = Py_NewRef(PyTuple_GET_ITEM(values, sni));
+        items[START] = Py_NewRef(PyTuple_GET_ITEM(values, si));
+    } else {
+        items[MAX_LEADER] = max_leader_obj;
+        items[MAX_STATE] = Py_NewRef(PyTuple_GET_ITEM(prev, MAX_STATE));
+        items[STATE_EPOCH] = Py_NewRef(PyTuple_GET_ITEM(prev, STATE_EPOCH));
+        items[SNAPSHOT_EPOCH] = Py_NewRef(PyTuple_GET_ITEM(prev, SNAPSHOT_EPOCH));
+        items[START] = Py_NewRef(start == -1 ? PyTuple_GET_ITEM(prev, START)
+                                             : PyTuple_GET_ITEM(values, si));
+    }
+    PyObject *next = seen_of(seen_type, items);
+    if (!next) goto done;
+    rc = PyDict_SetItem(seen, key, next) < 0 ? -1 : 1;
+    Py_DECREF(next);
+done:
+    Py_DECREF(key);
+    return rc;
+}
+
+PyObject *native_share_audit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 7 || !PyDict_Check(args[0]) || !PyType_Check(args[1]) || !PyType_Check(args[2])
+        || !PyList_Check(args[3]) || !PyList_Check(args[4]) || !PyDict_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "share_audit(seen, seen_type, key_type, records, decoded, slots, fallback)");
+        return NULL;
+    }
+    if (load_types() < 0) return NULL;
+    PyObject *records = args[3], *decoded = args[4];
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    if (PyList_GET_SIZE(decoded) != n) {
+        PyErr_SetString(PyExc_ValueError, "records and decoded differ in length");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(decoded, i);
+        if (!Py_IS_TYPE(item, (PyTypeObject *)key_value_type)
+            || PyTuple_GET_ITEM(item, 5) != Py_None || PyTuple_GET_ITEM(item, 1) == Py_None
+            || PyTuple_GET_ITEM(item, 2) == Py_None) {
+            continue;
+        }
+        int rc = audit_one(args[0], args[1], args[2], item, args[5]);
+        if (rc == 0) {
+            PyObject *res = PyObject_CallFunctionObjArgs(args[6], PyList_GET_ITEM(records, i),
+                                                         item, NULL);
+            rc = res ? 1 : -1;
+            Py_XDECREF(res);
+        }
+        if (rc < 0) return NULL;
+    }
+    Py_RETURN_NONE;
+}
