@@ -10,13 +10,13 @@ class OptionalBuildExt(build_ext):
     def run(self) -> None:
         try:
             super().run()
-        except Exception as exc:  # noqa: BLE001 - any build failure means "no extension"
+        except Exception as exc:
             print(f"warning: sharestate._native not built ({exc}); using pure Python")
 
     def build_extension(self, ext: Extension) -> None:
         try:
             super().build_extension(ext)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             print(f"warning: {ext.name} not built ({exc}); using pure Python")
 
 

@@ -65,14 +65,18 @@ class Warehouse:
     def path(self, name: str) -> str:
         return str(self.root / name)
 
+    def create(self, lake: Lake, name: str) -> None:
+        """Create the documented table `name` unless it exists (then check its schema)."""
+        spec = table(name)
+        lake.create(self.path(name), spec.spark_schema(), partition_by=list(spec.partition_by),
+                    properties={"sharestate.layer": spec.layer,
+                                "sharestate.grain": spec.grain,
+                                "sharestate.cluster_by": ",".join(spec.cluster_by)})
+
     def create_all(self, lake: Lake) -> None:
         """Create every documented table that does not exist yet."""
         for name in table_names():
-            spec = table(name)
-            lake.create(self.path(name), spec.ddl(), partition_by=list(spec.partition_by),
-                        properties={"sharestate.layer": spec.layer,
-                                    "sharestate.grain": spec.grain,
-                                    "sharestate.cluster_by": ",".join(spec.cluster_by)})
+            self.create(lake, name)
 
 
 @dataclass
@@ -96,12 +100,6 @@ def table_rows(path: str) -> int:
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
-
-
-def _spark_schema(spark: SparkSession, schema: pa.Schema) -> Any:
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(schema)
 
 
 # -- ingest ------------------------------------------------------------------------------
@@ -239,7 +237,7 @@ def _write_bronze(spark: SparkSession, lake: Lake, warehouse: Warehouse, inputs:
              "modified_ms": sizes.get(c["source"], (None, None))[1], "note": note,
              "finished_at": finished} for key, c in covered.items()]
     if runs:
-        lake.append(_rows(spark, runs, "ingest_runs"), warehouse.path("ingest_runs"),
+        lake.append(rows_frame(spark, runs, "ingest_runs"), warehouse.path("ingest_runs"),
                     metadata={**meta, "inputs": len(runs)})
     report.rows["log_records"] = report.rows.get("log_records", 0) + sum(
         c["records"] for c in covered.values())
@@ -259,13 +257,14 @@ def _ingested(lake: Lake, warehouse: Warehouse) -> dict[str, tuple[int, int]]:
 
 def _conform(df: DataFrame, name: str) -> DataFrame:
     """`df` with the table's column order and types (nullability checked by the lake)."""
-    schema = _spark_schema(df.sparkSession, table(name).arrow_schema())
+    schema = table(name).spark_schema()
     return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
 
 
-def _rows(spark: SparkSession, rows: list[dict[str, Any]], name: str) -> DataFrame:
+def rows_frame(spark: SparkSession, rows: list[dict[str, Any]], name: str) -> DataFrame:
+    """Driver-side rows as a DataFrame of table `name`'s schema."""
     arrow = pa.Table.from_pylist(rows, schema=table(name).arrow_schema())
-    return spark.createDataFrame(arrow.to_pandas(), _spark_schema(spark, arrow.schema))
+    return spark.createDataFrame(arrow.to_pandas(), table(name).spark_schema())
 
 
 # -- decode ------------------------------------------------------------------------------
@@ -414,7 +413,7 @@ def analytics(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
             .collect()}
     rows = list(cross_topic_rows(share_metadata, keys))
     decode_errors = _decode_error_findings(lake.read(warehouse.path("decode_errors")))
-    audit = _rows(spark, rows, "audit_findings").unionByName(decode_errors)
+    audit = rows_frame(spark, rows, "audit_findings").unionByName(decode_errors)
     lake.overwrite(audit, warehouse.path("audit_findings"),
                    partitions=[{"rule": rule} for rule in ANALYTICS_RULES], metadata=metadata)
     errors = decode_errors.count()

@@ -19,7 +19,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sharestate.quality import ConfigError, GateResult, QualityConfig, load_config, run_gate
 from sharestate.quality.config import SEVERITIES
@@ -27,7 +27,7 @@ from sharestate.quality.records import RULE, audit_rows, result_rows
 from sharestate.quality.suites import suites
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
     from pipelines.jobs import RunReport, Warehouse
 
@@ -78,23 +78,19 @@ def quality(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
     """Run the gate and write its tables; the report counts the failures that block."""
     import great_expectations as gx
 
-    from pipelines.jobs import RunReport
+    from pipelines.jobs import RunReport, rows_frame
     from sharestate.lake import open_lake
-    from sharestate.tables.spec import table
 
     started = time.monotonic()
     lake = open_lake(spark)
     for name in (RESULTS, AUDIT):
-        spec = table(name)
-        lake.create(warehouse.path(name), spec.ddl(), partition_by=list(spec.partition_by),
-                    properties={"sharestate.layer": spec.layer, "sharestate.grain": spec.grain,
-                                "sharestate.cluster_by": ",".join(spec.cluster_by)})
+        warehouse.create(lake, name)
     gate = run_gate(spark, warehouse.root, config, run_id=run_id, tables=tables,
                     docs_dir=warehouse.root / DOCS if docs else None)
     metadata = {"run": run_id, "job": "quality"}
-    lake.append(_frame(spark, result_rows(gate, gx.__version__), RESULTS),
+    lake.append(rows_frame(spark, result_rows(gate, gx.__version__), RESULTS),
                 warehouse.path(RESULTS), metadata=metadata)
-    lake.overwrite(_frame(spark, audit_rows(gate), AUDIT), warehouse.path(AUDIT),
+    lake.overwrite(rows_frame(spark, audit_rows(gate), AUDIT), warehouse.path(AUDIT),
                    partitions=[{"rule": RULE}], metadata=metadata)
     report = RunReport("quality", run_id, rows={RESULTS: len(gate.results)},
                        findings=len(gate.failed()))
@@ -112,16 +108,6 @@ def quality_job(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
     except ConfigError as exc:
         raise ArgumentError(str(exc)) from None
     return quality(spark, warehouse, run_id=run_id, config=config)[0]
-
-
-def _frame(spark: SparkSession, rows: list[dict[str, Any]], name: str) -> DataFrame:
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    from sharestate.tables.spec import table
-
-    arrow = pa.Table.from_pylist(rows, schema=table(name).arrow_schema())
-    return spark.createDataFrame(arrow.to_pandas(), from_arrow_schema(arrow.schema))
 
 
 def summary(gate: GateResult) -> list[str]:

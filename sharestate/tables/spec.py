@@ -1,4 +1,4 @@
-"""Table specifications from `schemas/tables/*.json`, as Arrow schemas and Spark DDL.
+"""Table specifications from `schemas/tables/*.json`, as Arrow and Spark schemas.
 
 Each file documents one table: its layer, grain, partition and clustering columns, and
 every column with its type (Spark SQL type syntax: string, int, bigint, boolean, binary,
@@ -12,8 +12,12 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
 
 _SCALARS = {
     "string": pa.string(),
@@ -54,6 +58,13 @@ class TableSpec:
     def arrow_schema(self) -> pa.Schema:
         return pa.schema([pa.field(c.name, arrow_type(c.type), nullable=c.nullable)
                           for c in self.columns])
+
+    def spark_schema(self) -> StructType:
+        """The schema as Spark's StructType (built in Python, no JVM round trip)."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        schema: StructType = from_arrow_schema(self.arrow_schema())
+        return schema
 
     def ddl(self) -> str:
         """The schema as a Spark DDL string (`name type NOT NULL, ...`)."""
