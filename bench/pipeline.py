@@ -3,7 +3,8 @@
 Runs every job (ingest, decode, replay, analytics) on `local[1]` and on `local[2]` with
 `spark.driver.memory=1g`, each in a fresh process into a fresh warehouse, and reports
 records/s (share-state records of the input over the wall time of the run) and the peak RSS
-of the driver (the JVM driver and its Python process). The simulated log is generated once
+of the driver (the JVM driver and its Python process). The simulated log (8 partitions of
+`__share_group_state` by default, so replay has work for both cores) is generated once
 into `bench/.cache/` (default 5,000,000 records). The last line printed is one JSON object.
 """
 
@@ -86,8 +87,10 @@ def run_once(source: Path, cores: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=5_000_000)
+    parser.add_argument("--state-partitions", type=int, default=8,
+                        help="partitions of __share_group_state (Kafka's default is 50)")
     args = parser.parse_args()
-    source = simulated(args.records)
+    source = simulated(args.records, args.state_partitions)
     shutil.rmtree(source / "_unused", ignore_errors=True)
     one, peak_one = run_once(source, 1)
     two, peak_two = run_once(source, 2)

@@ -48,18 +48,19 @@ def in_subprocess(paths: list[str]) -> dict[str, float]:
     return result
 
 
-def simulated(records: int) -> Path:
-    """A simulated log of `records` share-state records (generated once, then reused)."""
+def simulated(records: int, state_partitions: int = 3) -> Path:
+    """A simulated log of `records` share-state records over `state_partitions` partitions
+    of `__share_group_state` (generated once, then reused)."""
     from sharestate.persister import SimulationConfig, simulate
 
-    root = CACHE / f"sim-{records}"
+    root = CACHE / f"sim-{records}-p{state_partitions}"
     if not (root / ".complete").exists():
         if root.exists():
             import shutil
 
             shutil.rmtree(root)
         simulate(SimulationConfig(records=records, seed=11, groups=5, topics=5, partitions=4,
-                                  state_partitions=3), root)
+                                  state_partitions=state_partitions), root)
         (root / ".complete").touch()
     return root
 
