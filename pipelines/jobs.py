@@ -106,13 +106,14 @@ def new_run_id() -> str:
 
 
 def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
-           run_id: str, full: bool = False,
-           kafka_options: dict[str, str] | None = None) -> RunReport:
+           run_id: str, full: bool = False, kafka_options: dict[str, str] | None = None,
+           silver: bool = False) -> RunReport:
     """Segment files or a live cluster (`kafka://host:port`) -> `log_records`,
-    `decode_errors`, `ingest_runs`.
+    `decode_errors`, `ingest_runs`; with `silver`, also the decode job's tables for the
+    same segments (`run_all` does this: bronze is then not read back to decode it).
 
-    One pass over the input: each task reads its split and writes both bronze tables; what
-    the run covered is then read back from its own rows (a few small columns).
+    One pass over the input: each task reads its split and writes every table; what the
+    run covered is then read back from its own rows (a few small columns).
     """
     started = time.monotonic()
     lake = open_lake(spark)
@@ -124,13 +125,15 @@ def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
         splits, sizes = _segment_splits(spark, lake, warehouse, files, full)
         if splits is not None:
             _write_bronze(spark, lake, warehouse, splits,
-                          partial(tasks.ingest_splits, run_id=run_id), sizes, None, run_id,
-                          report)
+                          partial(tasks.ingest_splits, run_id=run_id, silver=silver), sizes,
+                          None, run_id, report, silver)
     for uri in live:
         raw, visibility = _kafka_raw(spark, lake, warehouse, uri, full, kafka_options or {})
         _write_bronze(spark, lake, warehouse, raw,
-                      partial(tasks.ingest_consumed, run_id=run_id, source=uri), {},
-                      visibility, run_id, report)
+                      partial(tasks.ingest_consumed, run_id=run_id, source=uri, silver=silver),
+                      {}, visibility, run_id, report, silver)
+    if silver:
+        report.rows.update({name: table_rows(warehouse.path(name)) for name in SILVER})
     report.seconds = time.monotonic() - started
     return report
 
@@ -156,8 +159,16 @@ def _segment_splits(spark: SparkSession, lake: Lake, warehouse: Warehouse,
         return None, {}
     ranges = [(path, start, end) for path, (size, _) in todo.items()
               for start, end in _ranges(split_points(Path(path), size, split_bytes))]
-    splits = spark.createDataFrame(ranges, "path string, start bigint, end bigint")
-    return splits.repartition(len(ranges)), todo
+    ranges.sort(key=lambda r: (r[2] if r[2] is not None else todo[r[0]][0]) - r[1],
+                reverse=True)
+    return one_task_each(spark, ranges, "path string, start bigint, end bigint"), todo
+
+
+def one_task_each(spark: SparkSession, rows: list[tuple[Any, ...]], schema: str) -> DataFrame:
+    """`rows` as a DataFrame of one partition per row, scheduled in list order (give the
+    largest work first: the last tasks to start are then the short ones)."""
+    return spark.createDataFrame(spark.sparkContext.parallelize(rows, max(1, len(rows))),
+                                 schema)
 
 
 def _ranges(starts: list[int]) -> list[tuple[int, int | None]]:
@@ -197,12 +208,13 @@ def _covered_offsets(lake: Lake, warehouse: Warehouse, source: str
 
 def _write_bronze(spark: SparkSession, lake: Lake, warehouse: Warehouse, inputs: DataFrame,
                   produce: Produce, sizes: dict[str, tuple[int, int]], note: str | None,
-                  run_id: str, report: RunReport) -> None:
-    """Write one input to the bronze tables in one pass; record what the run covered."""
+                  run_id: str, report: RunReport, silver: bool) -> None:
+    """Write one input to the bronze (and with `silver` the silver) tables in one pass;
+    record what the run covered."""
     meta = {"run": run_id, "note": note}
-    lake.overwrite_many(inputs, produce, {
-        "log_records": Target(warehouse.path("log_records")),
-        "decode_errors": Target(warehouse.path("decode_errors"))}, metadata=meta)
+    names = ("log_records", "decode_errors", *(SILVER if silver else ()))
+    lake.overwrite_many(inputs, produce, {name: Target(warehouse.path(name)) for name in names},
+                        metadata=meta)
     written = lake.read(warehouse.path("log_records")).where(F.col("ingest_run") == run_id)
     covered = {(r["source"], r["segment"]): r.asDict() for r in written.groupBy(
         "source", "topic", "partition", "segment").agg(
@@ -269,6 +281,8 @@ def rows_frame(spark: SparkSession, rows: list[dict[str, Any]], name: str) -> Da
 
 # -- decode ------------------------------------------------------------------------------
 
+SILVER = ("share_state_records", "group_records")
+
 
 def decode(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
            only_run: str | None = None) -> RunReport:
@@ -279,12 +293,11 @@ def decode(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
     bronze = lake.read(warehouse.path("log_records"))
     if only_run is not None:
         bronze = bronze.where(F.col("ingest_run") == only_run)
-    names = ("share_state_records", "group_records")
     lake.overwrite_many(bronze, tasks.silver_tables,
-                        {name: Target(warehouse.path(name)) for name in names},
+                        {name: Target(warehouse.path(name)) for name in SILVER},
                         metadata={"run": run_id, "job": "decode"})
     report = RunReport("decode", run_id,
-                       rows={name: table_rows(warehouse.path(name)) for name in names})
+                       rows={name: table_rows(warehouse.path(name)) for name in SILVER})
     report.seconds = time.monotonic() - started
     return report
 
@@ -311,12 +324,13 @@ def _replay_inputs(spark: SparkSession, lake: Lake, warehouse: Warehouse,
         if f.records:
             key = (str(f.partition_values["topic"]), int(f.partition_values["partition"]))
             by_partition.setdefault(key, []).append(f)
+    largest_first = sorted(by_partition.items(),
+                           key=lambda item: (-sum(f.records for f in item[1]), item[0]))
     work = [(topic, partition, [f.uri for f in sorted(group, key=lambda f: (
         f.partition_values["segment"], f.min_values.get("offset") or 0))])
-        for (topic, partition), group in sorted(by_partition.items())]
-    frame = spark.createDataFrame(work, "topic string, partition int, files array<string>")
-    return frame.repartition(max(1, len(work))), partial(tasks.replay_partitions,
-                                                         options=options)
+        for (topic, partition), group in largest_first]
+    return (one_task_each(spark, work, "topic string, partition int, files array<string>"),
+            partial(tasks.replay_partitions, options=options))
 
 
 REPLAY_TABLES = ("share_partition_state_history", "share_partition_state",

@@ -126,14 +126,17 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
     warehouse = pipeline.Warehouse(Path(args.warehouse))
     run_id = args.run_id or pipeline.new_run_id()
     reports = []
+    # ingest followed by decode is one pass: ingest writes the silver tables as well
+    fused = "ingest" in jobs and "decode" in jobs
     for job in jobs:
         if job == "ingest":
             reports.append(pipeline.ingest(
                 spark, warehouse, args.source, run_id=run_id, full=args.full,
                 kafka_options=dict(item.split("=", 1) for item in args.kafka_option
-                                   if "=" in item)))
+                                   if "=" in item), silver=fused))
         elif job == "decode":
-            reports.append(pipeline.decode(spark, warehouse, run_id=run_id))
+            if not fused:
+                reports.append(pipeline.decode(spark, warehouse, run_id=run_id))
         elif job == "replay":
             reports.append(pipeline.replay(spark, warehouse, run_id=run_id, options=gold))
         elif job == QUALITY:

@@ -27,11 +27,15 @@ _ERROR_COLUMNS = {"kind": "finding_kind", "message": "finding_message"}
 _DECODE_ERRORS = table("decode_errors").names
 
 
-def bronze_tables(staging: Iterable[pa.RecordBatch]) -> Iterator[Rows]:
-    """Staging rows (see `bronze`) as `log_records` and `decode_errors` rows."""
+def bronze_tables(staging: Iterable[pa.RecordBatch], silver: bool = False) -> Iterator[Rows]:
+    """Staging rows (see `bronze`) as `log_records` and `decode_errors` rows, and with
+    `silver` the silver rows of the same records (the decode job fused into ingest)."""
     for batch in staging:
         records = batch.filter(pc.equal(batch.column("row_kind"), "record"))
-        yield "log_records", records.select(_LOG_RECORDS)
+        log_records = records.select(_LOG_RECORDS)
+        yield "log_records", log_records
+        if silver:
+            yield from _silver(log_records)
         findings = batch.filter(pc.is_valid(batch.column("finding_kind")))
         if findings.num_rows:
             yield "decode_errors", pa.RecordBatch.from_arrays(
@@ -39,32 +43,40 @@ def bronze_tables(staging: Iterable[pa.RecordBatch]) -> Iterator[Rows]:
                 names=_DECODE_ERRORS)
 
 
-def ingest_splits(splits: Iterator[pa.RecordBatch], run_id: str) -> Iterator[Rows]:
-    """Read each split (rows: path, start, end) of a segment into the bronze tables."""
+def ingest_splits(splits: Iterator[pa.RecordBatch], run_id: str,
+                  silver: bool = False) -> Iterator[Rows]:
+    """Read each split (rows: path, start, end) of a segment into the bronze tables (and
+    with `silver` the silver tables)."""
     quiet_gc()
     for batch in splits:
         for row in batch.to_pylist():
             split = bronze.Split(segment_of(Path(row["path"])), row["start"], row["end"])
-            yield from bronze_tables(bronze.read_split(split, run_id))
+            yield from bronze_tables(bronze.read_split(split, run_id), silver)
 
 
-def ingest_consumed(raw: Iterator[pa.RecordBatch], run_id: str, source: str) -> Iterator[Rows]:
-    """Rows read from a live cluster into the bronze tables."""
+def ingest_consumed(raw: Iterator[pa.RecordBatch], run_id: str, source: str,
+                    silver: bool = False) -> Iterator[Rows]:
+    """Rows read from a live cluster into the bronze tables (and with `silver` the silver
+    tables)."""
     quiet_gc()
-    yield from bronze_tables(bronze.consumer_rows(raw, run_id, source))
+    yield from bronze_tables(bronze.consumer_rows(raw, run_id, source), silver)
 
 
 def silver_tables(rows: Iterator[pa.RecordBatch]) -> Iterator[Rows]:
     """Bronze `log_records` rows (any topic) as `share_state_records` / `group_records`."""
     quiet_gc()
     for batch in rows:
-        topics = batch.column("topic")
-        for topic, name, convert in (
-                (SHARE_STATE_TOPIC, "share_state_records", share_state_rows),
-                (CONSUMER_OFFSETS_TOPIC, "group_records", group_rows)):
-            part = batch.filter(pc.equal(topics, topic))
-            if part.num_rows:
-                yield name, convert(part)
+        yield from _silver(batch)
+
+
+def _silver(batch: pa.RecordBatch) -> Iterator[Rows]:
+    topics = batch.column("topic")
+    for topic, name, convert in (
+            (SHARE_STATE_TOPIC, "share_state_records", share_state_rows),
+            (CONSUMER_OFFSETS_TOPIC, "group_records", group_rows)):
+        part = batch.filter(pc.equal(topics, topic))
+        if part.num_rows:
+            yield name, convert(part)
 
 
 def replay_partitions(tasks: Iterator[pa.RecordBatch], options: GoldOptions) -> Iterator[Rows]:
