@@ -9,7 +9,7 @@ from sharestate.coordinator.group_replay import GroupCoordinatorReplay
 from sharestate.log import ControlRecord, Finding
 from sharestate.records.catalog import dialect
 from sharestate.replay.logs import END, AsOf, LogSource
-from sharestate.replay.share_log import LogFinding
+from sharestate.replay.share_log import LogFinding, Observer
 
 
 @dataclass
@@ -25,12 +25,17 @@ class GroupLogResult:
 
 
 def replay_group_log(log: LogSource, *, as_of: AsOf = END,
-                     listener: OffsetListener | None = None) -> GroupLogResult:
+                     listener: OffsetListener | None = None,
+                     observe: Observer | None = None) -> GroupLogResult:
     """Replay `log` up to `as_of` (default: its end)."""
     names = list(log.dialects)
     coordinator = GroupCoordinatorReplay(dialect(names[-1]), listener)
     result = GroupLogResult(log, coordinator)
     for item in log.batches():
+        if observe is not None and (isinstance(item, Finding) or not item.records or not
+                                    as_of.passed(item.records[0].offset,
+                                                 item.records[0].timestamp)):
+            observe(item)
         if isinstance(item, Finding):
             result.findings.append(LogFinding(item.offset, item.position, item.kind,
                                               item.message))

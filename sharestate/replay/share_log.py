@@ -30,6 +30,7 @@ from sharestate.coordinator.share_state import (
 )
 from sharestate.log import BatchHeader, ControlRecord, Finding, RawRecord
 from sharestate.records.catalog import SHARE_STATE_TOPIC, dialect, dialect_names
+from sharestate.records.segment import DecodedBatch
 from sharestate.replay.logs import END, AsOf, LogSource
 
 History = Callable[[int, int, ShareKey, ShareShard], None]
@@ -42,6 +43,10 @@ max leader epoch, max state epoch, snapshot update count, last snapshot offset).
 
 HistorySink = Callable[[list[HistoryEntry]], None]
 """Receives the history entries of one batch, in log order."""
+
+Observer = Callable[[DecodedBatch | Finding], None]
+"""Sees each batch (or batch-level finding) a replay reads, before its records apply; a
+batch whose first record is past the stop point is not read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,12 +155,14 @@ class ShareReplay:
     def __init__(self, log: LogSource, *, as_of: AsOf = END, semantics: str = KAFKA,
                  snapshot_update_records_per_snapshot: int = (
                      DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT),
-                 history: History | None = None, collect_history: bool = False) -> None:
+                 history: History | None = None, collect_history: bool = False,
+                 observe: Observer | None = None) -> None:
         shard = ShareShard(rules_of(log, snapshot_update_records_per_snapshot), semantics)
         self.log = log
         self.result = ShareLogResult(log, shard, as_of)
         self.history = history
         self.collect_history = collect_history
+        self.observe = observe
 
     def steps(self) -> Iterator[list[HistoryEntry]]:
         result = self.result
@@ -170,18 +177,25 @@ class ShareReplay:
         apply = native.module.share_apply if context is not None and native.module else None
         bounded = not as_of.unbounded
         collect = self.collect_history
+        observe = self.observe
         applier = _Applier(shard, findings, history)
         for item in self.log.batches():
             if isinstance(item, Finding):
+                if observe is not None:
+                    observe(item)
                 findings.append(LogFinding(item.offset, item.position, item.kind,
                                            item.message))
                 continue
             header = item.header
             records = item.records
             if not records:
+                if observe is not None:
+                    observe(item)
                 continue
             if bounded and as_of.passed(records[0].offset, records[0].timestamp):
                 break
+            if observe is not None:
+                observe(item)
             if item.findings:
                 findings.extend(LogFinding(f.offset, f.position, f.kind, f.message)
                                 for f in item.findings)

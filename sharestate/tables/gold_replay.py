@@ -28,9 +28,7 @@ from sharestate.analytics.offsets import OffsetHistory
 from sharestate.analytics.prune import prune_recommendation
 from sharestate.coordinator.shard import KAFKA
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
-from sharestate.log import Finding
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
-from sharestate.records.segment import DecodedBatch
 from sharestate.replay.group_log import replay_group_log
 from sharestate.replay.logs import END, AsOf
 from sharestate.replay.share_log import HistoryEntry, ShareReplay
@@ -93,43 +91,16 @@ def _first_dialect(slices: Iterator[pa.RecordBatch]) -> tuple[str, Iterator[pa.R
     return dialect, chained()
 
 
-def _tee(batches: Iterator[DecodedBatch | Finding], auditor: ShareAuditor | TransactionAuditor,
-         as_of: AsOf) -> Iterator[DecodedBatch | Finding]:
-    for item in batches:
-        if isinstance(item, Finding) or not item.records \
-                or not as_of.passed(item.records[0].offset, item.records[0].timestamp):
-            auditor.batch(item)
-        yield item
-
-
-class _AuditedLog:
-    """An `ArrowLog` whose batches also feed an auditor."""
-
-    def __init__(self, log: ArrowLog, auditor: ShareAuditor | TransactionAuditor,
-                 as_of: AsOf) -> None:
-        self.log = log
-        self.auditor = auditor
-        self.as_of = as_of
-        self.topic = log.topic
-        self.partition = log.partition
-        self.name = log.name
-        self.dialects = log.dialects
-
-    def batches(self) -> Iterator[DecodedBatch | Finding]:
-        return _tee(self.log.batches(), self.auditor, self.as_of)
-
-
 def share_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator[Rows]:
     """Gold rows for bronze rows of `__share_group_state` (see the module)."""
     for partition, slices in _partitions(rows):
         dialect, slices = _first_dialect(slices)
         auditor = ShareAuditor(partition, dialects=(dialect,))
-        log = _AuditedLog(ArrowLog(SHARE_STATE_TOPIC, partition, slices, dialect), auditor,
-                          options.as_of)
-        replay = ShareReplay(log, as_of=options.as_of, semantics=options.semantics,
+        replay = ShareReplay(ArrowLog(SHARE_STATE_TOPIC, partition, slices, dialect),
+                             as_of=options.as_of, semantics=options.semantics,
                              snapshot_update_records_per_snapshot=(
                                  options.snapshot_update_records_per_snapshot),
-                             collect_history=True)
+                             collect_history=True, observe=auditor.batch)
         pending: list[HistoryEntry] = []
         for entries in replay.steps():
             pending.extend(entries)
@@ -152,9 +123,9 @@ def group_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator
         dialect, slices = _first_dialect(slices)
         history = OffsetHistory(partition)
         auditor = TransactionAuditor(CONSUMER_OFFSETS_TOPIC, partition)
-        log = _AuditedLog(ArrowLog(CONSUMER_OFFSETS_TOPIC, partition, slices, dialect),
-                          auditor, options.as_of)
-        result = replay_group_log(log, as_of=options.as_of, listener=history)
+        result = replay_group_log(ArrowLog(CONSUMER_OFFSETS_TOPIC, partition, slices, dialect),
+                                  as_of=options.as_of, listener=history,
+                                  observe=auditor.batch)
         coordinator = result.coordinator
         offsets_rows = history.drain() + history.finish(
             coordinator.offsets, coordinator.groups.groups, options.retention_minutes)
