@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from conftest import conformance_dir
 
+from sharestate.analytics.audit import ShareAuditor
 from sharestate.log import Batch, discover, read_batches
 from sharestate.records.segment import decode_segment, detect_segment, record_json
-from sharestate.replay.logs import partition_logs
-from sharestate.replay.share_log import replay_share_log
+from sharestate.replay.logs import END, AsOf, partition_logs
+from sharestate.replay.share_log import ShareReplay, replay_share_log
 from sharestate.tables.arrow_log import ArrowLog
 from sharestate.tables.bronze import Split, read_split
 from sharestate.tables.gold import history_batch
@@ -77,15 +79,71 @@ def test_silver_group_rows_type_offset_commits() -> None:
         "q5xWKzzkQ4eA4hoB1xQpEg"
 
 
-def test_replay_from_bronze_rows_equals_replay_from_the_segment() -> None:
-    path = conformance_dir("kafka-4.4-dev") / "share_txn.log"
+def _replayed(log: Any, as_of: AsOf = END) -> dict[str, Any]:
+    """Everything a share replay reports, with the audit rows of its observer."""
+    auditor = ShareAuditor(0, dialects=tuple(log.dialects))
+    replay = ShareReplay(log, as_of=as_of, collect_history=True, observe=auditor.batch)
+    history = [entry for entries in replay.steps() for entry in entries]
+    result = replay.result
+    shard = result.shard
+    return {"history": history, "audit": auditor.drain(),
+            "states": {k: (shard.state(k), shard.leader_epoch(k), shard.state_epoch(k),
+                           shard.snapshot_update_count(k), shard.last_snapshot_offset(k))
+                       for k in shard},
+            "log": (result.last_applied_offset, result.last_applied_timestamp,
+                    result.log_start_offset, result.log_end_offset, result.records,
+                    result.bytes, result.reclaimable_records, result.reclaimable_bytes,
+                    shard.last_redundant_offset(), result.ledger.below(1 << 62)),
+            "findings": result.findings, "shard_findings": shard.findings}
+
+
+def _bronze_records(path: Path) -> pa.Table:
     bronze = _bronze(path)
-    records = bronze.filter(pc.equal(bronze["row_kind"], "record"))
-    from_rows = replay_share_log(ArrowLog("__share_group_state", 0, records.to_batches(),
-                                          "4.1"))
-    from_segment = replay_share_log(partition_logs(discover([path]))[0])
-    assert {k: from_rows.shard.state(k) for k in from_rows.shard} == \
-        {k: from_segment.shard.state(k) for k in from_segment.shard}
+    return bronze.filter(pc.equal(bronze["row_kind"], "record"))
+
+
+@pytest.mark.parametrize("path", [*_fixtures("share_*"), *_fixtures("*_share_*")],
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_replay_from_bronze_rows_equals_replay_from_the_segment(path: Path) -> None:
+    """Bronze rows replay like the segment, batch by batch and in quiet runs (C, one call
+    per run), with the same history, audit rows, prune ledger and findings."""
+    (log,) = partition_logs(discover([path]))
+    records = _bronze_records(path)
+    dialect = records["dialect"][0].as_py()
+    expected = _replayed(log)
+    for quiet_runs in (False, True):
+        rows = ArrowLog("__share_group_state", 0, records.to_batches(max_chunksize=7),
+                        dialect, quiet_runs)
+        assert _replayed(rows) == expected
+
+
+def test_quiet_runs_keep_each_records_batch_for_findings_and_stop_points() -> None:
+    """A record that fails to decode inside a quiet run is reported at its own batch's
+    position; a bounded replay (which cannot run in one call) stops where Kafka's would."""
+    path = conformance_dir("kafka-4.4-dev") / "share_replay_small.log"
+    records = _bronze_records(path)
+    values = records["value"].to_pylist()
+    broken = [len(values) // 3 + 7, len(values) // 2 + 23]  # inside runs, not at their start
+    for i in broken:
+        values[i] = values[i][:5]
+    records = records.set_column(records.schema.get_field_index("value"), "value",
+                                 pa.array(values, pa.binary()))
+    dialect = records["dialect"][0].as_py()
+
+    def replayed(quiet_runs: bool, as_of: AsOf = END) -> dict[str, Any]:
+        return _replayed(ArrowLog("__share_group_state", 0, records.to_batches(
+            max_chunksize=50), dialect, quiet_runs), as_of)
+
+    batch_by_batch = replayed(False)
+    offsets = records["offset"].to_pylist()
+    positions = records["position"].to_pylist()
+    assert [(f.offset, f.position) for f in batch_by_batch["findings"]
+            if f.offset in {offsets[i] for i in broken}] == [
+        (offsets[i], positions[i]) for i in broken]
+    assert replayed(True) == batch_by_batch
+    middle = AsOf(offset=offsets[len(offsets) * 2 // 3])
+    assert replayed(True, middle) == replayed(False, middle)
+    assert replayed(True, middle)["log"][0] == middle.offset  # as of N includes N
 
 
 def test_history_rows_hold_the_state_after_each_record() -> None:

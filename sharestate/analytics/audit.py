@@ -62,7 +62,7 @@ from sharestate.coordinator.share_state import (
 from sharestate.log import ControlRecord, Finding, RawRecord
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.records.keyvalue import KeyValue
-from sharestate.records.segment import DecodedBatch
+from sharestate.records.segment import DecodedBatch, LogItem, QuietRun, each_batch
 from sharestate.replay.share_log import LogFinding, native_slots
 
 INFO: Final = "info"
@@ -250,15 +250,18 @@ class ShareAuditor:
         """The findings emitted since the last call (its transactions' included)."""
         return _drain(self.rows)
 
-    def batch(self, item: DecodedBatch | Finding) -> None:
-        """Feed a decoded batch: its share-state records and its transactional records."""
-        if self._slots is not None and not isinstance(item, Finding) \
-                and not item.header.is_transactional and not item.header.is_control:
+    def batch(self, item: LogItem) -> None:
+        """Feed a decoded batch (or quiet run): its share-state records and its
+        transactional records."""
+        if self._slots is not None and (isinstance(item, QuietRun) or (
+                isinstance(item, DecodedBatch) and not item.header.is_transactional
+                and not item.header.is_control)):
             assert native.module is not None
             native.module.share_audit(self._seen, _Seen, ShareKey, item.records, item.decoded,
                                       self._slots, self._decoded)
             return
-        self.transactions.batch(item, self._decoded)
+        for batch in each_batch((item,)):
+            self.transactions.batch(batch, self._decoded)
 
     def _decoded(self, record: RawRecord, decoded: KeyValue) -> Subject:
         kind = decoded.kind

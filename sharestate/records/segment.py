@@ -9,7 +9,7 @@ caller pins them; the `Detection` is available before the first record is yielde
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, NamedTuple
@@ -80,6 +80,36 @@ class DecodedBatch(NamedTuple):
     records: list[RawRecord]
     decoded: list[KeyValue | ControlRecord | Finding]
     findings: list[Finding]
+
+
+class QuietRun(NamedTuple):
+    """Consecutive batches outside transactions holding only data records, taken as one:
+    their records and decodings end to end, batch `i` ending before record `ends[i]`.
+    A replay may apply such a run in one step; `batches()` gives it back batch by batch."""
+
+    headers: list[BatchHeader]
+    records: list[RawRecord]
+    decoded: list[KeyValue | ControlRecord | Finding]
+    ends: list[int]
+
+    def batches(self) -> Iterator[DecodedBatch]:
+        start = 0
+        for header, end in zip(self.headers, self.ends, strict=True):
+            yield DecodedBatch(header, self.records[start:end], self.decoded[start:end], [])
+            start = end
+
+
+LogItem = DecodedBatch | QuietRun | Finding
+"""What a log yields, in log order."""
+
+
+def each_batch(items: Iterable[LogItem]) -> Iterator[DecodedBatch | Finding]:
+    """`items` with every `QuietRun` given back batch by batch."""
+    for item in items:
+        if isinstance(item, QuietRun):
+            yield from item.batches()
+        else:
+            yield item
 
 
 def decode_batches(segment: Segment, detection: Detection) -> Iterator[DecodedBatch | Finding]:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sharestate.coordinator.group_offsets import OffsetListener
 from sharestate.coordinator.group_replay import GroupCoordinatorReplay
 from sharestate.log import ControlRecord, Finding
 from sharestate.records.catalog import dialect
+from sharestate.records.segment import DecodedBatch, each_batch
 from sharestate.replay.logs import END, AsOf, LogSource
-from sharestate.replay.share_log import LogFinding, Observer
+from sharestate.replay.share_log import LogFinding
 
 
 @dataclass
@@ -26,12 +28,14 @@ class GroupLogResult:
 
 def replay_group_log(log: LogSource, *, as_of: AsOf = END,
                      listener: OffsetListener | None = None,
-                     observe: Observer | None = None) -> GroupLogResult:
-    """Replay `log` up to `as_of` (default: its end)."""
+                     observe: Callable[[DecodedBatch | Finding], None] | None = None
+                     ) -> GroupLogResult:
+    """Replay `log` up to `as_of` (default: its end); `observe` sees each batch before its
+    records apply (not one whose first record is past the stop point)."""
     names = list(log.dialects)
     coordinator = GroupCoordinatorReplay(dialect(names[-1]), listener)
     result = GroupLogResult(log, coordinator)
-    for item in log.batches():
+    for item in each_batch(log.batches()):
         if observe is not None and (isinstance(item, Finding) or not item.records or not
                                     as_of.passed(item.records[0].offset,
                                                  item.records[0].timestamp)):

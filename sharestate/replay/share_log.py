@@ -8,6 +8,7 @@ the shard after every applied record, which is what the history table is built f
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from sharestate.coordinator.share_state import (
 )
 from sharestate.log import BatchHeader, ControlRecord, Finding, RawRecord
 from sharestate.records.catalog import SHARE_STATE_TOPIC, dialect, dialect_names
-from sharestate.records.segment import DecodedBatch
+from sharestate.records.segment import LogItem, QuietRun, each_batch
 from sharestate.replay.logs import END, AsOf, LogSource
 
 History = Callable[[int, int, ShareKey, ShareShard], None]
@@ -44,7 +45,7 @@ max leader epoch, max state epoch, snapshot update count, last snapshot offset).
 HistorySink = Callable[[list[HistoryEntry]], None]
 """Receives the history entries of one batch, in log order."""
 
-Observer = Callable[[DecodedBatch | Finding], None]
+Observer = Callable[[LogItem], None]
 """Sees each batch (or batch-level finding) a replay reads, before its records apply; a
 batch whose first record is past the stop point is not read."""
 
@@ -179,7 +180,14 @@ class ShareReplay:
         collect = self.collect_history
         observe = self.observe
         applier = _Applier(shard, findings, history)
-        for item in self.log.batches():
+        # A quiet run goes to C in one call when nothing can stop the replay inside it.
+        quiet = apply is not None and not bounded
+        for item in self.log.batches() if quiet else each_batch(self.log.batches()):
+            if isinstance(item, QuietRun):
+                if observe is not None:
+                    observe(item)
+                yield self._quiet_run(item, applier, context, slots)
+                continue
             if isinstance(item, Finding):
                 if observe is not None:
                     observe(item)
@@ -229,11 +237,43 @@ class ShareReplay:
         result.reclaimable_records = ledger.records
         result.reclaimable_bytes = ledger.bytes
 
+    def _quiet_run(self, run: QuietRun, applier: _Applier, context: Any,
+                   slots: dict[int, Any]) -> list[HistoryEntry]:
+        """Apply a whole quiet run in C (unbounded replay only); its history entries.
+
+        The ledger then advances once for the run: the prune point only rises, and nothing
+        in a quiet run holds it back, so the batches it releases are the same."""
+        assert native.module is not None
+        result = self.result
+        headers = run.headers
+        if result.log_start_offset is None:
+            result.log_start_offset = headers[0].base_offset
+        entries: list[HistoryEntry] = []
+        applier.run = run
+        applier.lasts = None
+        applier.entries = entries if self.collect_history else None
+        applied, _, last_offset, last_timestamp = native.module.share_apply(
+            context, run.records, run.decoded, None, None, slots, applier.apply_in_run,
+            applier.entries)
+        if applied:
+            result.last_applied_offset = last_offset
+            result.last_applied_timestamp = last_timestamp
+        result.records += applied
+        ledger = result.ledger
+        start = 0
+        for header, end in zip(headers, run.ends, strict=True):
+            result.bytes += header.size_in_bytes
+            ledger.add(header.last_offset, end - start, header.size_in_bytes)
+            start = end
+        result.log_end_offset = headers[-1].last_offset + 1
+        ledger.advance(result.shard.last_redundant_offset())
+        return entries
+
 
 class _Applier:
     """Applies the records of one batch to the shard (the Python path)."""
 
-    __slots__ = ("entries", "findings", "header", "history", "shard")
+    __slots__ = ("entries", "findings", "header", "history", "lasts", "run", "shard")
 
     def __init__(self, shard: ShareShard, findings: list[LogFinding],
                  history: History | None) -> None:
@@ -244,6 +284,19 @@ class _Applier:
         """The batch being applied (set before each batch)."""
         self.entries: list[HistoryEntry] | None = None
         """Where history entries of this batch go (None: not collected)."""
+        self.run: QuietRun | None = None
+        """The quiet run being applied (set before each run, with `lasts` None)."""
+        self.lasts: list[int] | None = None
+        """The last record offset of each batch of `run`, once a record needed it."""
+
+    def apply_in_run(self, record: RawRecord, decoded: Any) -> None:
+        """`apply` for a record of the current quiet run (finds its batch's header)."""
+        run = self.run
+        assert run is not None
+        if self.lasts is None:
+            self.lasts = [run.records[end - 1].offset for end in run.ends]
+        self.header = run.headers[bisect_left(self.lasts, record.offset)]
+        self.apply(record, decoded)
 
     def apply_all(self, records: list[RawRecord], decoded: list[Any],
                   as_of: AsOf) -> tuple[int, bool, int | None, int | None]:

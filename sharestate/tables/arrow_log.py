@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from sharestate.log import BatchHeader, ControlRecord, Finding, RawRecord, parse_control
 from sharestate.records.catalog import Dialect, dialect
 from sharestate.records.keyvalue import KeyValue, decode_key_values
-from sharestate.records.segment import DecodedBatch
+from sharestate.records.segment import DecodedBatch, LogItem, QuietRun
 
 COLUMNS = ("offset", "timestamp", "key", "value", "position", "batch_base_offset",
            "batch_last_offset", "batch_size", "partition_leader_epoch", "magic", "crc_valid",
@@ -38,6 +38,9 @@ class ArrowLog:
     partition: int | None
     rows: Iterable[pa.RecordBatch]
     dialect_name: str
+    quiet_runs: bool = False
+    """Yield stretches of batches outside transactions without control records as one
+    `QuietRun` each (the share replay's fast path)."""
 
     @property
     def name(self) -> str:
@@ -47,11 +50,24 @@ class ArrowLog:
     def dialects(self) -> tuple[str, ...]:
         return (self.dialect_name,)
 
-    def batches(self) -> Iterator[DecodedBatch | Finding]:
+    def batches(self) -> Iterator[LogItem]:
+        """The batches, each whole: the rows of a batch that the input splits across two
+        chunks are held back and joined to the next chunk."""
         schemas = dialect(self.dialect_name)
+        carry: pa.RecordBatch | None = None
         for data in self.rows:
-            if data.num_rows:
-                yield from _chunk_batches(data, schemas, self.topic)
+            if not data.num_rows:
+                continue
+            if carry is not None:
+                data = pa.concat_batches([carry, data])
+            starts = _starts(data)
+            carry = data.slice(int(starts[-1]))
+            if len(starts) > 1:
+                yield from _chunk_batches(data.slice(0, int(starts[-1])), starts[:-1], schemas,
+                                          self.topic, self.quiet_runs)
+        if carry is not None:
+            yield from _chunk_batches(carry, _starts(carry), schemas, self.topic,
+                                      self.quiet_runs)
 
 
 HEADER_DEFAULTS: dict[str, Any] = {
@@ -73,11 +89,11 @@ def _starts(data: pa.RecordBatch) -> np.ndarray:
     return np.flatnonzero(change)
 
 
-def _chunk_batches(data: pa.RecordBatch, schemas: Dialect, topic: str
-                   ) -> Iterator[DecodedBatch]:
-    """The batches of one chunk of rows, headers and records built column-wise."""
+def _chunk_batches(data: pa.RecordBatch, starts: np.ndarray, schemas: Dialect, topic: str,
+                   quiet_runs: bool) -> Iterator[DecodedBatch | QuietRun]:
+    """The batches of one chunk of rows (beginning at `starts`), headers and records built
+    column-wise."""
     n = data.num_rows
-    starts = _starts(data)
     ends = np.append(starts[1:], n)
     take = pa.array(starts)
     offsets = data.column("offset")
@@ -110,12 +126,32 @@ def _chunk_batches(data: pa.RecordBatch, schemas: Dialect, topic: str
     records = list(map(RawRecord, offsets.to_pylist(), timestamps.to_pylist(), repeat(-1, n),
                        data.column("key").to_pylist(), data.column("value").to_pylist(),
                        repeat((), n)))
-    data_rows = [r for header, s, e in zip(headers, starts.tolist(), ends.tolist(), strict=True)
-                 if not header.is_control for r in records[s:e]]
-    decoded = iter(decode_key_values(schemas, topic, data_rows))
-    for header, s, e in zip(headers, starts.tolist(), ends.tolist(), strict=True):
-        batch = records[s:e]
-        items: list[KeyValue | ControlRecord | Finding] = (
-            [parse_control(r, header) for r in batch] if header.is_control
-            else [next(decoded) for _ in batch])
-        yield DecodedBatch(header, batch, items, [])
+    bounds = list(zip(starts.tolist(), ends.tolist(), strict=True))
+    controls = [header.is_control for header in headers]
+    items: list[KeyValue | ControlRecord | Finding]
+    if any(controls):
+        decoded = iter(decode_key_values(schemas, topic, [
+            r for control, (s, e) in zip(controls, bounds, strict=True) if not control
+            for r in records[s:e]]))
+        items = [item for header, (s, e) in zip(headers, bounds, strict=True) for item in (
+            [parse_control(r, header) for r in records[s:e]] if header.is_control
+            else [next(decoded) for _ in range(s, e)])]
+    else:
+        items = list(decode_key_values(schemas, topic, records))
+    if not quiet_runs:
+        for header, (s, e) in zip(headers, bounds, strict=True):
+            yield DecodedBatch(header, records[s:e], items[s:e], [])
+        return
+    lo = 0
+    while lo < count:
+        hi = lo
+        while hi < count and not (controls[hi] or headers[hi].is_transactional):
+            hi += 1
+        if hi > lo:
+            s, e = bounds[lo][0], bounds[hi - 1][1]
+            yield QuietRun(headers[lo:hi], records[s:e], items[s:e],
+                           [end - s for _, end in bounds[lo:hi]])
+        if hi < count:
+            s, e = bounds[hi]
+            yield DecodedBatch(headers[hi], records[s:e], items[s:e], [])
+        lo = hi + 1
