@@ -7,13 +7,15 @@ segment and yields record batches in the *staging* schema — the `log_records` 
 value, or the key when there is no value); framing findings (garbage, truncation, ...) are
 rows of their own. The ingest job writes the record rows to `log_records` and every finding
 to `decode_errors`, so nothing is dropped. Columns are built in bulk, not row by row.
+Each batch comes with the decodings of its record rows (`Staged`), so the silver rows of
+the same records need no second decode.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -54,6 +56,14 @@ def staging_schema() -> pa.Schema:
 
 STAGING = staging_schema()
 
+
+class Staged(NamedTuple):
+    """A staging batch, and the `KeyValue` of each of its record rows (which come first)
+    that is a data record (None for a control record)."""
+
+    rows: pa.RecordBatch
+    decoded: list[KeyValue | None]
+
 # RawRecord items (offset, timestamp, key, value) and BatchHeader items, by position.
 _RECORD_PATHS = ((0,), (1,), (3,), (4,))
 _DECODED_PATHS = ((0,), (3,), (5,))  # KeyValue: type id, value version, error
@@ -85,6 +95,7 @@ class _Chunk:
     def __init__(self, names: dict[int, str]) -> None:
         self.names = names  # record type id -> record name, for the topic and dialect
         self.records: list[Any] = []
+        self.decoded: list[KeyValue | None] = []
         self.batch_index: list[int] = []
         self.headers: list[Any] = []
         self.type_ids: list[Any] = []
@@ -134,6 +145,7 @@ class _Chunk:
         elif self.timestamp_types is not None:
             self.timestamp_types.extend([None] * n)
         if decoded and isinstance(decoded[0], KeyValue):
+            self.decoded.extend(decoded)
             type_ids, versions, errors = transpose(decoded, _DECODED_PATHS)
             self.type_ids.extend(type_ids)
             self.versions.extend(versions)
@@ -144,6 +156,7 @@ class _Chunk:
                         raw = record.value if record.value is not None else record.key
                         self.row_findings[first + j] = (error.kind, error.message, raw)
         else:
+            self.decoded.extend([None] * n)
             self.type_ids.extend([None] * n)
             self.versions.extend([None] * n)
             for j, item in enumerate(decoded):
@@ -166,7 +179,11 @@ class _Chunk:
         row["position"] = finding.position
         self.extra.append(row)
 
-    def batch(self, constant: dict[str, Any], **per_row: list[Any]) -> pa.RecordBatch:
+    def staged(self, constant: dict[str, Any], **per_row: list[Any]) -> Staged:
+        """The gathered rows as one staging record batch, with their decodings."""
+        return Staged(self._rows(constant, **per_row), self.decoded)
+
+    def _rows(self, constant: dict[str, Any], **per_row: list[Any]) -> pa.RecordBatch:
         """The gathered rows as one staging record batch."""
         n_rec = len(self.records)
         extra = self.extra
@@ -213,7 +230,7 @@ class _Chunk:
 
 def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
                rows_per_batch: int = ROWS_PER_BATCH,
-               findings_only: bool = False) -> Iterator[pa.RecordBatch]:
+               findings_only: bool = False) -> Iterator[Staged]:
     """Stream one split as staging record batches (see the module docstring).
 
     `findings_only` yields just the rows that carry a finding (what `decode_errors` gets),
@@ -243,10 +260,10 @@ def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
                 else:
                     chunk.add_batch(item, decoded)
             if chunk.size >= rows_per_batch:
-                yield chunk.batch(constant)
+                yield chunk.staged(constant)
                 chunk = _Chunk(names)
     if chunk.size:
-        yield chunk.batch(constant)
+        yield chunk.staged(constant)
 
 
 def _record_names(dialect_name: str, topic: str) -> dict[int, str]:
@@ -264,7 +281,7 @@ def chunk_of(offset: int) -> int:
 
 
 def consumer_rows(raw: Iterator[pa.RecordBatch], run_id: str, source: str,
-                  dialect_name: str | None = None) -> Iterator[pa.RecordBatch]:
+                  dialect_name: str | None = None) -> Iterator[Staged]:
     """Staging batches for rows read by a consumer (the live source's raw schema).
 
     A consumer sees no batch headers and no control batches, so those columns stay null;
@@ -295,7 +312,7 @@ def consumer_rows(raw: Iterator[pa.RecordBatch], run_id: str, source: str,
                                                          records), None, None,
                               [columns["timestamp_type"][j] for j in range(start, i)])
             segments = [chunk_of(o) for o in columns["offset"][start:i]]
-            yield chunk.batch({"source": source, "topic": topic, "partition": partition,
+            yield chunk.staged({"source": source, "topic": topic, "partition": partition,
                                "dialect": detection.dialect, "ingest_run": run_id},
                               segment=segments)
             start = i

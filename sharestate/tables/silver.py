@@ -54,10 +54,13 @@ _VALUE_FIELDS = ("snapshot_epoch", "state_epoch", "leader_epoch", "start_offset"
                  "delivery_complete_count", "create_timestamp", "write_timestamp")
 
 
-def share_state_rows(rows: pa.RecordBatch) -> pa.RecordBatch:
-    """`share_state_records` rows for bronze rows of `__share_group_state` (columnar)."""
+def share_state_rows(rows: pa.RecordBatch,
+                     decoded: list[KeyValue | None] | None = None) -> pa.RecordBatch:
+    """`share_state_records` rows for bronze rows of `__share_group_state` (columnar);
+    `decoded`: each row's decoding, when the caller has it (else decoded here)."""
     columns = _bronze(rows)
-    decoded = _decode(columns, "__share_group_state")
+    if decoded is None:
+        decoded = _decode(columns, "__share_group_state")
     n = len(decoded)
     ok: list[KeyValue | None] = [
         kv if kv is not None and kv.error is None and kv.kind is not None
@@ -66,10 +69,13 @@ def share_state_rows(rows: pa.RecordBatch) -> pa.RecordBatch:
     out: dict[str, Any] = {name: [None] * n for name in _VALUE_FIELDS}
     values: list[Any] = [None] * n
     by_layout: dict[StructLayout, list[int]] = {}
+    layouts: dict[tuple[int, int], StructLayout | None] = {}  # by (id(kind), version)
     for i, kv in enumerate(ok):
         if kv is None or kv.kind is None or kv.value is None or kv.value_version is None:
             continue
-        layout = kv.kind.value_layout(kv.value_version)
+        which = (id(kv.kind), kv.value_version)
+        layout = layouts[which] if which in layouts else layouts.setdefault(
+            which, kv.kind.value_layout(kv.value_version))
         if layout is not None:
             by_layout.setdefault(layout, []).append(i)
             values[i] = kv.value
@@ -109,11 +115,15 @@ _UNSET = {"leader_epoch": -1, "expire_timestamp": -1,
           "commit_topic_id": "AAAAAAAAAAAAAAAAAAAAAA"}
 
 
-def group_rows(rows: pa.RecordBatch) -> pa.RecordBatch:
-    """`group_records` rows for bronze rows of `__consumer_offsets`."""
+def group_rows(rows: pa.RecordBatch,
+               decoded: list[KeyValue | None] | None = None) -> pa.RecordBatch:
+    """`group_records` rows for bronze rows of `__consumer_offsets` (`decoded` as in
+    `share_state_rows`)."""
     columns = _bronze(rows)
     out: dict[str, list[Any]] = {name: [] for name in table("group_records").names}
-    for i, kv in enumerate(_decode(columns, "__consumer_offsets")):
+    if decoded is None:
+        decoded = _decode(columns, "__consumer_offsets")
+    for i, kv in enumerate(decoded):
         fields: dict[str, Any] = {}
         if kv is not None and kv.kind is not None and kv.key is not None:
             key = to_json(kv.kind.key_layout(), kv.key)

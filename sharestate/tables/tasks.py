@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from sharestate.log import segment_of
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
+from sharestate.records.keyvalue import KeyValue
 from sharestate.runtime import quiet_gc
 from sharestate.tables import bronze, gold_replay
 from sharestate.tables.gold_replay import GoldOptions, Rows, read_partition_files
@@ -27,15 +28,14 @@ _ERROR_COLUMNS = {"kind": "finding_kind", "message": "finding_message"}
 _DECODE_ERRORS = table("decode_errors").names
 
 
-def bronze_tables(staging: Iterable[pa.RecordBatch], silver: bool = False) -> Iterator[Rows]:
+def bronze_tables(staging: Iterable[bronze.Staged], silver: bool = False) -> Iterator[Rows]:
     """Staging rows (see `bronze`) as `log_records` and `decode_errors` rows, and with
     `silver` the silver rows of the same records (the decode job fused into ingest)."""
-    for batch in staging:
-        records = batch.filter(pc.equal(batch.column("row_kind"), "record"))
-        log_records = records.select(_LOG_RECORDS)
+    for batch, decoded in staging:
+        log_records = batch.slice(0, len(decoded)).select(_LOG_RECORDS)  # records come first
         yield "log_records", log_records
         if silver:
-            yield from _silver(log_records)
+            yield from _silver(log_records, decoded)
         findings = batch.filter(pc.is_valid(batch.column("finding_kind")))
         if findings.num_rows:
             yield "decode_errors", pa.RecordBatch.from_arrays(
@@ -69,14 +69,19 @@ def silver_tables(rows: Iterator[pa.RecordBatch]) -> Iterator[Rows]:
         yield from _silver(batch)
 
 
-def _silver(batch: pa.RecordBatch) -> Iterator[Rows]:
+def _silver(batch: pa.RecordBatch, decoded: list[KeyValue | None] | None = None
+            ) -> Iterator[Rows]:
+    """The silver rows of bronze rows (`decoded`: their decodings, when at hand)."""
     topics = batch.column("topic")
     for topic, name, convert in (
             (SHARE_STATE_TOPIC, "share_state_records", share_state_rows),
             (CONSUMER_OFFSETS_TOPIC, "group_records", group_rows)):
-        part = batch.filter(pc.equal(topics, topic))
+        mask = pc.equal(topics, topic)
+        part = batch.filter(mask)
         if part.num_rows:
-            yield name, convert(part)
+            mine = decoded if decoded is None or part.num_rows == batch.num_rows else [
+                kv for kv, keep in zip(decoded, mask.to_pylist(), strict=True) if keep]
+            yield name, convert(part, mine)
 
 
 def replay_partitions(tasks: Iterator[pa.RecordBatch], options: GoldOptions) -> Iterator[Rows]:
