@@ -47,8 +47,10 @@ lint: $(AIRFLOW_STAMP) ## ruff and mypy (mypy checks the DAG too: needs the airf
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-bench: $(STAMP) ## run the benchmarks (prints records/s)
+bench: $(STAMP) ## run the benchmarks (records/s; figures in docs/benchmarks.md)
 	$(BIN)/python bench/decode.py
+	$(BIN)/python bench/replay.py
+	$(BIN)/python bench/pipeline.py
 
 clean: ## remove build output, demo data and the virtualenv
 	rm -rf build dist *.egg-info demo-data warehouse $(VENV)

@@ -69,6 +69,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=5_000_000,
                         help="size of the simulated log (default %(default)s)")
+    parser.add_argument("--state-partitions", type=int, default=8,
+                        help="its __share_group_state partitions (default %(default)s, as "
+                             "bench/pipeline.py, so both share the generated log)")
     parser.add_argument("--measure", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure is not None:
@@ -78,7 +81,7 @@ def main() -> None:
         segment = Path(tmp) / "share_replay_large.log"
         segment.write_bytes(large_segment())
         fixture = in_subprocess([str(segment)])
-    big = in_subprocess([str(simulated(args.records))])
+    big = in_subprocess([str(simulated(args.records, args.state_partitions))])
     figures = {
         "replay_records_per_s": fixture["records_per_s"],
         "peak_rss_mb": fixture["peak_rss_mb"],
