@@ -11,7 +11,7 @@ PYSPARK_CHECK := import importlib.metadata as m, pyspark; \
 	assert len(set(v.values())) == 1 and pyspark.__version__.startswith("4.2."), "pyspark-client must be the release of pyspark"
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-airflow demo test lint bench clean
+.PHONY: help install install-airflow demo test lint bench docs clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -51,6 +51,9 @@ bench: $(STAMP) ## run the benchmarks (records/s; figures in docs/benchmarks.md)
 	$(BIN)/python bench/decode.py
 	$(BIN)/python bench/replay.py
 	$(BIN)/python bench/pipeline.py
+
+docs: $(STAMP) ## regenerate docs/configuration.md from the code
+	$(BIN)/python -m pipelines.reference > docs/configuration.md
 
 clean: ## remove build output, demo data and the virtualenv
 	rm -rf build dist *.egg-info demo-data warehouse $(VENV)

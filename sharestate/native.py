@@ -10,9 +10,11 @@ import importlib
 import os
 from types import ModuleType
 
+PURE_PYTHON_ENV = "SHARESTATE_PURE_PYTHON"
+
 
 def _load() -> ModuleType | None:
-    if os.environ.get("SHARESTATE_PURE_PYTHON") == "1":
+    if os.environ.get(PURE_PYTHON_ENV) == "1":
         return None
     try:
         return importlib.import_module("sharestate._native")

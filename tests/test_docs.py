@@ -75,3 +75,20 @@ def test_cookbook_queries_run(tour: Path) -> None:
         rows = spark.sql(query).collect()
         if "WHERE poison" not in query:  # a short demo may archive nothing past the limit
             assert rows, query
+
+
+def test_configuration_reference_is_rendered_from_the_code() -> None:
+    """docs/configuration.md is what `python -m pipelines.reference` renders now, and it
+    covers every command, job argument, Spark default and quality key."""
+    from pipelines.reference import render
+    from pipelines.session import DEFAULTS
+    from sharestate.quality.config import QualityConfig
+
+    page = render()
+    committed = (PROJECT_ROOT / "docs" / "configuration.md").read_text("utf-8")
+    assert committed == page, "regenerate: python -m pipelines.reference > docs/configuration.md"
+    for needle in ("### `sharestate run`", "### `sharestate decode`", "--as-of-offset N",
+                   "--run-id ID", "--kafka-option KEY=VALUE", *DEFAULTS,
+                   *(f"`{name}`" for name in QualityConfig.__dataclass_fields__
+                     if name != "source")):
+        assert needle in page, needle
