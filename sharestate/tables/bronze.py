@@ -117,6 +117,17 @@ class _Chunk:
             if finding.kind != "crc_mismatch":
                 self.add_finding(finding, batch.header)
 
+    def add_clean(self, batches: list[Batch], records: list[Any],
+                  decoded: list[KeyValue]) -> None:
+        """Data batches without findings (the common case) at once: `records` are theirs
+        end to end, `decoded` their decodings."""
+        for i, batch in enumerate(batches, len(self.headers)):
+            self.batch_index.extend([i] * len(batch.records))
+        self.headers.extend(batch.header for batch in batches)
+        if self.timestamp_types is not None:
+            self.timestamp_types.extend([None] * len(records))
+        self._add_decoded(records, decoded)
+
     def add_findings_of(self, batch: Batch, decoded: list[Any]) -> None:
         """Only the rows of `batch` that carry a finding."""
         crc = next((f for f in batch.findings if f.kind == "crc_mismatch"), None)
@@ -135,7 +146,6 @@ class _Chunk:
         """Rows for `records` of one batch (`header` None: no batch seen, a consumer's)."""
         first = len(self.records)
         n = len(records)
-        self.records.extend(records)
         self.batch_index.extend([len(self.headers)] * n)
         self.headers.append(header)
         if timestamp_types is not None:
@@ -145,17 +155,9 @@ class _Chunk:
         elif self.timestamp_types is not None:
             self.timestamp_types.extend([None] * n)
         if decoded and isinstance(decoded[0], KeyValue):
-            self.decoded.extend(decoded)
-            type_ids, versions, errors = transpose(decoded, _DECODED_PATHS)
-            self.type_ids.extend(type_ids)
-            self.versions.extend(versions)
-            if any(e is not None for e in errors):
-                for j, error in enumerate(errors):
-                    if error is not None:
-                        record = records[j]
-                        raw = record.value if record.value is not None else record.key
-                        self.row_findings[first + j] = (error.kind, error.message, raw)
+            self._add_decoded(records, decoded)
         else:
+            self.records.extend(records)
             self.decoded.extend([None] * n)
             self.type_ids.extend([None] * n)
             self.versions.extend([None] * n)
@@ -167,6 +169,21 @@ class _Chunk:
         if crc is not None:
             for j in range(first, first + n):
                 self.row_findings.setdefault(j, (crc.kind, crc.message, None))
+
+    def _add_decoded(self, records: list[Any], decoded: list[KeyValue]) -> None:
+        """Data records and their decodings (batch index and headers already added)."""
+        first = len(self.records)
+        self.records.extend(records)
+        self.decoded.extend(decoded)
+        type_ids, versions, errors = transpose(decoded, _DECODED_PATHS)
+        self.type_ids.extend(type_ids)
+        self.versions.extend(versions)
+        if any(e is not None for e in errors):
+            for j, error in enumerate(errors):
+                if error is not None:
+                    record = records[j]
+                    raw = record.value if record.value is not None else record.key
+                    self.row_findings[first + j] = (error.kind, error.message, raw)
 
     def add_finding(self, finding: Finding, header: Any = None) -> None:
         """A finding that is not a record: garbage, truncation, a bad batch."""
@@ -246,22 +263,41 @@ def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
                 "segment": segment.base_offset or 0, "dialect": detection.dialect,
                 "ingest_run": run_id}
     chunk = _Chunk(names)
+    clean: list[Batch] = []  # data batches without findings, added together
+    records: list[RawRecord] = []
+
+    def add_clean() -> None:
+        chunk.add_clean(clean, records, decode_key_values(schemas, detection.topic, records))
+        clean.clear()
+        records.clear()
+
     with segment.open() as stream:
         for item in read_batches(stream, start_position=split.start, end_position=split.end):
-            if isinstance(item, Finding):
-                chunk.add_finding(item)
+            if not (findings_only or isinstance(item, Finding) or item.header.is_control
+                    or item.findings):
+                clean.append(item)
+                records.extend(item.records)
             else:
-                decoded: list[Any] = (
-                    [parse_control(r, item.header) for r in item.records]
-                    if item.header.is_control
-                    else decode_key_values(schemas, detection.topic, item.records))
-                if findings_only:
-                    chunk.add_findings_of(item, decoded)
+                if clean:
+                    add_clean()
+                if isinstance(item, Finding):
+                    chunk.add_finding(item)
                 else:
-                    chunk.add_batch(item, decoded)
-            if chunk.size >= rows_per_batch:
+                    decoded: list[Any] = (
+                        [parse_control(r, item.header) for r in item.records]
+                        if item.header.is_control
+                        else decode_key_values(schemas, detection.topic, item.records))
+                    if findings_only:
+                        chunk.add_findings_of(item, decoded)
+                    else:
+                        chunk.add_batch(item, decoded)
+            if chunk.size + len(records) >= rows_per_batch:
+                if clean:
+                    add_clean()
                 yield chunk.staged(constant)
                 chunk = _Chunk(names)
+    if clean:
+        add_clean()
     if chunk.size:
         yield chunk.staged(constant)
 
