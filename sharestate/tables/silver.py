@@ -18,7 +18,6 @@ from sharestate.log import RawRecord
 from sharestate.records.catalog import dialect
 from sharestate.records.keyvalue import KeyValue, decode_key_values
 from sharestate.records.render import to_json
-from sharestate.records.spec import StructLayout
 from sharestate.replay.views import has_delivery_complete_count
 from sharestate.tables.columns import state_batches_array, transpose
 from sharestate.tables.spec import table
@@ -58,53 +57,50 @@ def share_state_rows(rows: pa.RecordBatch,
                      decoded: list[KeyValue | None] | None = None) -> pa.RecordBatch:
     """`share_state_records` rows for bronze rows of `__share_group_state` (columnar);
     `decoded`: each row's decoding, when the caller has it (else decoded here)."""
-    columns = _bronze(rows)
     if decoded is None:
-        decoded = _decode(columns, "__share_group_state")
+        decoded = _decode(_bronze(rows), "__share_group_state")
     n = len(decoded)
     ok: list[KeyValue | None] = [
         kv if kv is not None and kv.error is None and kv.kind is not None
         and kv.key is not None else None for kv in decoded]
-    group, topic_id, partition = transpose(ok, ((2, 0), (2, 1), (2, 2)))
+    group, topic_id, partition, kinds, versions, values = transpose(
+        ok, ((2, 0), (2, 1), (2, 2), (1,), (3,), (4,)))
     out: dict[str, Any] = {name: [None] * n for name in _VALUE_FIELDS}
-    values: list[Any] = [None] * n
-    by_layout: dict[StructLayout, list[int]] = {}
-    layouts: dict[tuple[int, int], StructLayout | None] = {}  # by (id(kind), version)
-    for i, kv in enumerate(ok):
-        if kv is None or kv.kind is None or kv.value is None or kv.value_version is None:
+    by_layout: dict[tuple[int, int], list[int]] = {}  # (id(kind), version) -> rows
+    for i, (kind, version, value) in enumerate(zip(kinds, versions, values, strict=True)):
+        if value is not None:
+            by_layout.setdefault((id(kind), version), []).append(i)
+    dialects = rows.column("dialect")
+    batch_values: list[Any] = [None] * n
+    for index in by_layout.values():
+        layout = kinds[index[0]].value_layout(versions[index[0]])
+        if layout is None:
             continue
-        which = (id(kv.kind), kv.value_version)
-        layout = layouts[which] if which in layouts else layouts.setdefault(
-            which, kv.kind.value_layout(kv.value_version))
-        if layout is not None:
-            by_layout.setdefault(layout, []).append(i)
-            values[i] = kv.value
-    for layout, index in by_layout.items():
         slots = native_value_slots(layout)
-        dcc = has_delivery_complete_count(columns["dialect"][index[0]])
+        dcc = has_delivery_complete_count(dialects[index[0]].as_py())
         present = [(name, slot) for name, slot in zip(_VALUE_FIELDS, slots[1:8], strict=True)
                    if slot >= 0 and (dcc or name != "delivery_complete_count")]
-        picked = transpose([values[i] for i in index], tuple((slot,) for _, slot in present))
-        for (name, _), column in zip(present, picked, strict=True):
+        picked = transpose([values[i] for i in index],
+                           (*((slot,) for _, slot in present), (slots[8],)))
+        for (name, _), column in zip(present, picked[:-1], strict=True):
             target = out[name]
             for i, v in zip(index, column, strict=True):
                 target[i] = v
-        batches_slot = slots[8]
-        for i in index:
-            values[i] = (values[i][batches_slot],)
-    out["state_batches"] = state_batches_array(values, 0)
+        for i, v in zip(index, picked[-1], strict=True):
+            batch_values[i] = (v,)
+    out["state_batches"] = state_batches_array(batch_values, 0)
     out.update({
-        "state_topic": ["__share_group_state"] * n, "state_partition": columns["partition"],
-        "segment": columns["segment"], "offset": columns["offset"],
-        "timestamp": columns["timestamp"],
+        "state_topic": pa.array(["__share_group_state"] * n, pa.string()),
+        "state_partition": rows.column("partition"), "segment": rows.column("segment"),
+        "offset": rows.column("offset"), "timestamp": rows.column("timestamp"),
         "record_type": [kv.kind.name if kv is not None and kv.kind is not None else None
                         for kv in decoded],
         "tombstone": [kv is not None and kv.value is None for kv in ok],
-        "is_control": [bool(c) for c in columns["is_control"]],
-        "control_type": columns["control_type"], "producer_id": columns["producer_id"],
-        "is_transactional": columns["is_transactional"], "group_id": group,
-        "topic_id": topic_id, "partition": partition, "dialect": columns["dialect"],
-        "decode_status": columns["decode_status"]})
+        "is_control": rows.column("is_control").fill_null(False),
+        "control_type": rows.column("control_type"), "producer_id": rows.column("producer_id"),
+        "is_transactional": rows.column("is_transactional"), "group_id": group,
+        "topic_id": topic_id, "partition": partition, "dialect": dialects,
+        "decode_status": rows.column("decode_status")})
     return pa.RecordBatch.from_pydict(out, schema=SHARE_STATE_SCHEMA)
 
 
