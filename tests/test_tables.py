@@ -11,8 +11,14 @@ import pytest
 from conftest import conformance_dir
 
 from sharestate.analytics.audit import ShareAuditor
-from sharestate.log import Batch, discover, read_batches
-from sharestate.records.segment import decode_segment, detect_segment, record_json
+from sharestate.log import Batch, Finding, discover, read_batches
+from sharestate.records.segment import (
+    QuietRun,
+    decode_segment,
+    detect_segment,
+    record_json,
+)
+from sharestate.replay import share_log
 from sharestate.replay.logs import END, AsOf, partition_logs
 from sharestate.replay.share_log import ShareReplay, replay_share_log
 from sharestate.tables.arrow_log import ArrowLog
@@ -121,6 +127,10 @@ def _bronze_records(path: Path) -> pa.Table:
     return bronze.filter(pc.equal(bronze["row_kind"], "record"))
 
 
+BEYOND = AsOf(offset=1 << 62)
+"""A stop point no record reaches: the replay then goes batch by batch (no quiet runs)."""
+
+
 @pytest.mark.parametrize("path", [*_fixtures("share_*"), *_fixtures("*_share_*")],
                          ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_replay_from_bronze_rows_equals_replay_from_the_segment(path: Path) -> None:
@@ -129,11 +139,34 @@ def test_replay_from_bronze_rows_equals_replay_from_the_segment(path: Path) -> N
     (log,) = partition_logs(discover([path]))
     records = _bronze_records(path)
     dialect = records["dialect"][0].as_py()
-    expected = _replayed(log)
-    for quiet_runs in (False, True):
+    expected = _replayed(log, BEYOND)
+    assert _replayed(log) == expected
+    for as_of in (END, BEYOND):
         rows = ArrowLog("__share_group_state", 0, records.to_batches(max_chunksize=7),
-                        dialect, quiet_runs)
-        assert _replayed(rows) == expected
+                        dialect)
+        assert _replayed(rows, as_of) == expected
+
+
+@pytest.mark.parametrize("name", ["share_txn", "share_replay_small"])
+def test_quiet_runs_gather_only_plain_data_batches(name: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs hold batches outside transactions without control records or findings, at
+    most about QUIET_RUN_RECORDS records each, and give the log back unchanged."""
+    monkeypatch.setattr(share_log, "QUIET_RUN_RECORDS", 40)
+    (log,) = partition_logs(discover([conformance_dir("kafka-4.4-dev") / f"{name}.log"]))
+    items = list(log.batches())
+    gathered = list(share_log.quiet_runs(iter(items)))
+    runs = [g for g in gathered if isinstance(g, QuietRun)]
+    alone = [g for g in gathered if not isinstance(g, QuietRun)]
+    assert runs
+    assert all(not h.is_transactional and not h.is_control for r in runs for h in r.headers)
+    assert all(isinstance(g, Finding) or g.findings or g.header.is_transactional
+               or g.header.is_control for g in alone)
+    assert all(len(r.records) < 40 + max(len(b.records) for b in r.batches()) for r in runs)
+    assert [b for g in gathered for b in (g.batches() if isinstance(g, QuietRun) else [g])
+            ] == items
+    if name == "share_replay_small":  # no transactions: everything is in runs of many
+        assert not alone and len(runs) < len(items) / 3
 
 
 def test_quiet_runs_keep_each_records_batch_for_findings_and_stop_points() -> None:
@@ -149,20 +182,19 @@ def test_quiet_runs_keep_each_records_batch_for_findings_and_stop_points() -> No
                                  pa.array(values, pa.binary()))
     dialect = records["dialect"][0].as_py()
 
-    def replayed(quiet_runs: bool, as_of: AsOf = END) -> dict[str, Any]:
+    def replayed(as_of: AsOf) -> dict[str, Any]:
         return _replayed(ArrowLog("__share_group_state", 0, records.to_batches(
-            max_chunksize=50), dialect, quiet_runs), as_of)
+            max_chunksize=50), dialect), as_of)
 
-    batch_by_batch = replayed(False)
+    in_runs = replayed(END)
     offsets = records["offset"].to_pylist()
     positions = records["position"].to_pylist()
-    assert [(f.offset, f.position) for f in batch_by_batch["findings"]
+    assert [(f.offset, f.position) for f in in_runs["findings"]
             if f.offset in {offsets[i] for i in broken}] == [
         (offsets[i], positions[i]) for i in broken]
-    assert replayed(True) == batch_by_batch
+    assert replayed(BEYOND) == in_runs
     middle = AsOf(offset=offsets[len(offsets) * 2 // 3])
-    assert replayed(True, middle) == replayed(False, middle)
-    assert replayed(True, middle)["log"][0] == middle.offset  # as of N includes N
+    assert replayed(middle)["log"][0] == middle.offset  # as of N includes N
 
 
 def test_history_rows_hold_the_state_after_each_record() -> None:

@@ -62,7 +62,7 @@ from sharestate.coordinator.share_state import (
 from sharestate.log import ControlRecord, Finding, RawRecord
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.records.keyvalue import KeyValue
-from sharestate.records.segment import DecodedBatch, LogItem, QuietRun, each_batch
+from sharestate.records.segment import DecodedBatch, LogItem, QuietRun
 from sharestate.replay.share_log import LogFinding, native_slots
 
 INFO: Final = "info"
@@ -260,7 +260,7 @@ class ShareAuditor:
             native.module.share_audit(self._seen, _Seen, ShareKey, item.records, item.decoded,
                                       self._slots, self._decoded)
             return
-        for batch in each_batch((item,)):
+        for batch in item.batches() if isinstance(item, QuietRun) else (item,):
             self.transactions.batch(batch, self._decoded)
 
     def _decoded(self, record: RawRecord, decoded: KeyValue) -> Subject:

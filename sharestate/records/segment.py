@@ -9,7 +9,7 @@ caller pins them; the `Detection` is available before the first record is yielde
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, NamedTuple
@@ -83,9 +83,10 @@ class DecodedBatch(NamedTuple):
 
 
 class QuietRun(NamedTuple):
-    """Consecutive batches outside transactions holding only data records, taken as one:
-    their records and decodings end to end, batch `i` ending before record `ends[i]`.
-    A replay may apply such a run in one step; `batches()` gives it back batch by batch."""
+    """Consecutive batches outside transactions holding only data records and no findings,
+    taken as one: their records and decodings end to end, batch `i` ending before record
+    `ends[i]`. The share replay applies such a run in one step; `batches()` gives it back
+    batch by batch."""
 
     headers: list[BatchHeader]
     records: list[RawRecord]
@@ -100,16 +101,7 @@ class QuietRun(NamedTuple):
 
 
 LogItem = DecodedBatch | QuietRun | Finding
-"""What a log yields, in log order."""
-
-
-def each_batch(items: Iterable[LogItem]) -> Iterator[DecodedBatch | Finding]:
-    """`items` with every `QuietRun` given back batch by batch."""
-    for item in items:
-        if isinstance(item, QuietRun):
-            yield from item.batches()
-        else:
-            yield item
+"""What a replay reads, in log order: a log's batches, some gathered into runs."""
 
 
 def decode_batches(segment: Segment, detection: Detection) -> Iterator[DecodedBatch | Finding]:

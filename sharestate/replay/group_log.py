@@ -9,7 +9,7 @@ from sharestate.coordinator.group_offsets import OffsetListener
 from sharestate.coordinator.group_replay import GroupCoordinatorReplay
 from sharestate.log import ControlRecord, Finding
 from sharestate.records.catalog import dialect
-from sharestate.records.segment import DecodedBatch, each_batch
+from sharestate.records.segment import DecodedBatch
 from sharestate.replay.logs import END, AsOf, LogSource
 from sharestate.replay.share_log import LogFinding
 
@@ -35,7 +35,7 @@ def replay_group_log(log: LogSource, *, as_of: AsOf = END,
     names = list(log.dialects)
     coordinator = GroupCoordinatorReplay(dialect(names[-1]), listener)
     result = GroupLogResult(log, coordinator)
-    for item in each_batch(log.batches()):
+    for item in log.batches():
         if observe is not None and (isinstance(item, Finding) or not item.records or not
                                     as_of.passed(item.records[0].offset,
                                                  item.records[0].timestamp)):

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from sharestate.log import Finding, Segment
 from sharestate.records.detect import Detection
-from sharestate.records.segment import DecodedBatch, LogItem, decode_batches, detect_segment
+from sharestate.records.segment import DecodedBatch, decode_batches, detect_segment
 
 
 @dataclass(frozen=True)
@@ -69,9 +69,7 @@ class LogSource(Protocol):
         """The dialect of each part of the log, in log order."""
         ...
 
-    def batches(self) -> Iterator[LogItem]:
-        """The log's batches in order (quiet stretches may come as one `QuietRun`)."""
-        ...
+    def batches(self) -> Iterator[DecodedBatch | Finding]: ...
 
 
 @dataclass

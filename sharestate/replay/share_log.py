@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
+from itertools import accumulate
 from typing import Any
 
 from sharestate import native
@@ -31,7 +32,7 @@ from sharestate.coordinator.share_state import (
 )
 from sharestate.log import BatchHeader, ControlRecord, Finding, RawRecord
 from sharestate.records.catalog import SHARE_STATE_TOPIC, dialect, dialect_names
-from sharestate.records.segment import LogItem, QuietRun, each_batch
+from sharestate.records.segment import DecodedBatch, LogItem, QuietRun
 from sharestate.replay.logs import END, AsOf, LogSource
 
 History = Callable[[int, int, ShareKey, ShareShard], None]
@@ -182,7 +183,7 @@ class ShareReplay:
         applier = _Applier(shard, findings, history)
         # A quiet run goes to C in one call when nothing can stop the replay inside it.
         quiet = apply is not None and not bounded
-        for item in self.log.batches() if quiet else each_batch(self.log.batches()):
+        for item in quiet_runs(self.log.batches()) if quiet else self.log.batches():
             if isinstance(item, QuietRun):
                 if observe is not None:
                     observe(item)
@@ -268,6 +269,41 @@ class ShareReplay:
         result.log_end_offset = headers[-1].last_offset + 1
         ledger.advance(result.shard.last_redundant_offset())
         return entries
+
+
+QUIET_RUN_RECORDS = 65_536
+"""Records gathered into one `QuietRun` at most (bounds the lists a run holds)."""
+
+
+def quiet_runs(items: Iterator[DecodedBatch | Finding]) -> Iterator[LogItem]:
+    """`items` with each stretch of batches outside transactions, without control records
+    or findings, gathered into `QuietRun`s."""
+    batches: list[DecodedBatch] = []
+    records: list[RawRecord] = []
+    decoded: list[Any] = []
+
+    def run() -> QuietRun:
+        gathered = QuietRun([b.header for b in batches], records.copy(), decoded.copy(),
+                            list(accumulate(len(b.records) for b in batches)))
+        batches.clear()
+        records.clear()
+        decoded.clear()
+        return gathered
+
+    for item in items:
+        if isinstance(item, DecodedBatch) and item.records and not item.findings \
+                and not item.header.is_transactional and not item.header.is_control:
+            batches.append(item)
+            records.extend(item.records)
+            decoded.extend(item.decoded)
+            if len(records) >= QUIET_RUN_RECORDS:
+                yield run()
+            continue
+        if batches:
+            yield run()
+        yield item
+    if batches:
+        yield run()
 
 
 class _Applier:

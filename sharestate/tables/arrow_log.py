@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from sharestate.log import BatchHeader, ControlRecord, Finding, RawRecord, parse_control
 from sharestate.records.catalog import Dialect, dialect
 from sharestate.records.keyvalue import KeyValue, decode_key_values
-from sharestate.records.segment import DecodedBatch, LogItem, QuietRun
+from sharestate.records.segment import DecodedBatch
 
 COLUMNS = ("offset", "timestamp", "key", "value", "position", "batch_base_offset",
            "batch_last_offset", "batch_size", "partition_leader_epoch", "magic", "crc_valid",
@@ -38,9 +38,6 @@ class ArrowLog:
     partition: int | None
     rows: Iterable[pa.RecordBatch]
     dialect_name: str
-    quiet_runs: bool = False
-    """Yield stretches of batches outside transactions without control records as one
-    `QuietRun` each (the share replay's fast path)."""
 
     @property
     def name(self) -> str:
@@ -50,7 +47,7 @@ class ArrowLog:
     def dialects(self) -> tuple[str, ...]:
         return (self.dialect_name,)
 
-    def batches(self) -> Iterator[LogItem]:
+    def batches(self) -> Iterator[DecodedBatch]:
         """The batches, each whole: the rows of a batch that the input splits across two
         chunks are held back and joined to the next chunk."""
         schemas = dialect(self.dialect_name)
@@ -64,10 +61,9 @@ class ArrowLog:
             carry = data.slice(int(starts[-1]))
             if len(starts) > 1:
                 yield from _chunk_batches(data.slice(0, int(starts[-1])), starts[:-1], schemas,
-                                          self.topic, self.quiet_runs)
+                                          self.topic)
         if carry is not None:
-            yield from _chunk_batches(carry, _starts(carry), schemas, self.topic,
-                                      self.quiet_runs)
+            yield from _chunk_batches(carry, _starts(carry), schemas, self.topic)
 
 
 HEADER_DEFAULTS: dict[str, Any] = {
@@ -89,8 +85,8 @@ def _starts(data: pa.RecordBatch) -> np.ndarray:
     return np.flatnonzero(change)
 
 
-def _chunk_batches(data: pa.RecordBatch, starts: np.ndarray, schemas: Dialect, topic: str,
-                   quiet_runs: bool) -> Iterator[DecodedBatch | QuietRun]:
+def _chunk_batches(data: pa.RecordBatch, starts: np.ndarray, schemas: Dialect, topic: str
+                   ) -> Iterator[DecodedBatch]:
     """The batches of one chunk of rows (beginning at `starts`), headers and records built
     column-wise."""
     n = data.num_rows
@@ -138,20 +134,5 @@ def _chunk_batches(data: pa.RecordBatch, starts: np.ndarray, schemas: Dialect, t
             else [next(decoded) for _ in range(s, e)])]
     else:
         items = list(decode_key_values(schemas, topic, records))
-    if not quiet_runs:
-        for header, (s, e) in zip(headers, bounds, strict=True):
-            yield DecodedBatch(header, records[s:e], items[s:e], [])
-        return
-    lo = 0
-    while lo < count:
-        hi = lo
-        while hi < count and not (controls[hi] or headers[hi].is_transactional):
-            hi += 1
-        if hi > lo:
-            s, e = bounds[lo][0], bounds[hi - 1][1]
-            yield QuietRun(headers[lo:hi], records[s:e], items[s:e],
-                           [end - s for _, end in bounds[lo:hi]])
-        if hi < count:
-            s, e = bounds[hi]
-            yield DecodedBatch(headers[hi], records[s:e], items[s:e], [])
-        lo = hi + 1
+    for header, (s, e) in zip(headers, bounds, strict=True):
+        yield DecodedBatch(header, records[s:e], items[s:e], [])

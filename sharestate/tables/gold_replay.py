@@ -96,8 +96,7 @@ def share_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator
     for partition, slices in _partitions(rows):
         dialect, slices = _first_dialect(slices)
         auditor = ShareAuditor(partition, dialects=(dialect,))
-        replay = ShareReplay(ArrowLog(SHARE_STATE_TOPIC, partition, slices, dialect,
-                                      quiet_runs=True),
+        replay = ShareReplay(ArrowLog(SHARE_STATE_TOPIC, partition, slices, dialect),
                              as_of=options.as_of, semantics=options.semantics,
                              snapshot_update_records_per_snapshot=(
                                  options.snapshot_update_records_per_snapshot),
