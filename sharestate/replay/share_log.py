@@ -271,8 +271,10 @@ class ShareReplay:
         return entries
 
 
-QUIET_RUN_RECORDS = 65_536
-"""Records gathered into one `QuietRun` at most (bounds the lists a run holds)."""
+QUIET_RUN_RECORDS = 512
+"""Records gathered into one `QuietRun`, about. Small runs are faster than large ones (the
+records of a run stay in cache between decode and apply): 512 replays 1.5-2x faster than
+65,536 and as fast as 128, measured on bronze rows and on segments."""
 
 
 def quiet_runs(items: Iterator[DecodedBatch | Finding]) -> Iterator[LogItem]:
