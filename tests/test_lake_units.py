@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sharestate.lake import find_tables
+from sharestate.lake import data_files, find_tables
 from sharestate.lake.data_files import DataFile, write_data_files
 from sharestate.lake.partitions import (
     escape_path_name,
@@ -104,6 +104,20 @@ def test_writer_writes_one_file_per_partition_value(tmp_path: Path) -> None:
     assert content.column("offset").to_pylist() == [1, 3]
     assert json.loads(files[1].stats)["numRecords"] == 2
     assert files[1].size == (tmp_path / files[1].path).stat().st_size
+
+
+def test_writer_gathers_small_batches_into_row_groups(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(data_files, "ROW_GROUP_ROWS", 10)
+    batches = [_batch(["a"] * 3, [3 * i, 3 * i + 1, 3 * i + 2]) for i in range(9)]
+    (row,) = pa.Table.from_batches(list(write_data_files(
+        iter(batches), root=str(tmp_path), partition_by=["topic"], not_null=["offset"]))
+    ).to_pylist()
+    parquet = pq.ParquetFile(tmp_path / DataFile.from_row(row).path)
+    assert [parquet.metadata.row_group(i).num_rows
+            for i in range(parquet.metadata.num_row_groups)] == [12, 12, 3]
+    assert parquet.read().column("offset").to_pylist() == list(range(27))
+    assert json.loads(DataFile.from_row(row).stats)["numRecords"] == 27
 
 
 def test_writer_refuses_nulls_and_cleans_up(tmp_path: Path) -> None:

@@ -49,6 +49,10 @@ class DataFile:
                    json.loads(str(row["partition_values"])), str(row["stats"]))
 
 
+ROW_GROUP_ROWS = 65_536
+"""Rows per Parquet row group: producers may hand over smaller batches."""
+
+
 class _OpenFile:
     def __init__(self, root: str, values: dict[str, str | None], schema: pa.Schema) -> None:
         folder = partition_folder(values)
@@ -59,7 +63,27 @@ class _OpenFile:
         self.writer = pq.ParquetWriter(os.path.join(root, self.path), schema,
                                        compression="snappy", coerce_timestamps="us")
         self.stats = FileStats(schema)
+        self.pending: list[pa.RecordBatch] = []
+        self.pending_rows = 0
 
+    def write(self, rows: pa.RecordBatch) -> None:
+        """Add `rows`; they are written a row group (`ROW_GROUP_ROWS`) at a time."""
+        self.stats.add(rows)
+        self.pending.append(rows)
+        self.pending_rows += rows.num_rows
+        if self.pending_rows >= ROW_GROUP_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            self.writer.write_table(pa.Table.from_batches(self.pending),
+                                    row_group_size=max(self.pending_rows, 1))
+            self.pending = []
+            self.pending_rows = 0
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()
 
 def _groups(batch: pa.RecordBatch, partition_by: Sequence[str]
             ) -> Iterator[tuple[dict[str, str | None], pa.RecordBatch]]:
@@ -98,8 +122,7 @@ class TableFiles:
             key = tuple(values.values())
             if key not in self.files:
                 self.files[key] = _OpenFile(self.root, values, rows.schema)
-            self.files[key].writer.write_batch(rows)
-            self.files[key].stats.add(rows)
+            self.files[key].write(rows)
             for column in self.not_null:
                 if column not in self.partition_by and self.files[key].stats.null_count(column):
                     raise ValueError(f"column {column!r} is NOT NULL but the data holds nulls")
@@ -107,7 +130,7 @@ class TableFiles:
     def close(self) -> list[dict[str, object]]:
         """Close every file; their rows (`FILE_ROW_DDL`)."""
         for file in self.files.values():
-            file.writer.close()
+            file.close()
         rows_out: list[dict[str, object]] = []
         for file in self.files.values():
             status = os.stat(os.path.join(self.root, file.path))
