@@ -41,6 +41,9 @@ SHARE_GOLD = ("share_partition_state_history", "share_partition_state",
               "prune_recommendations", "audit_findings")
 GROUP_GOLD = ("consumer_group_offsets", "share_group_partitions", "audit_findings")
 HISTORY_ROWS = 65_536
+READ_ROWS = 8_192
+"""Bronze rows handed to the replay at a time (records decoded ahead of their apply stay in
+cache)."""
 
 
 Rows = tuple[str, pa.RecordBatch]
@@ -151,4 +154,4 @@ def read_partition_files(partition: int, uris: list[str]) -> Iterator[pa.RecordB
             rows = rows.sort_by("offset")
         rows = rows.append_column("partition", pa.array([partition] * rows.num_rows,
                                                         pa.int32()))
-        yield from rows.to_batches(max_chunksize=HISTORY_ROWS)
+        yield from rows.to_batches(max_chunksize=READ_ROWS)
