@@ -1,4 +1,5 @@
-"""`make demo`: simulate a realistic log, run the whole pipeline on it, summarise the tables.
+"""`make demo`: simulate a realistic log, run the whole pipeline and the quality gate on it,
+summarise the tables and write the HTML report.
 
 The simulated cluster has several share groups, topics and partitions, with redeliveries,
 lock timeouts, archived (poison) records, offset resets, deleted share-partitions, cold
@@ -47,10 +48,12 @@ def demo_config(records: int, seed: int) -> SimulationConfig:
 
 
 def run_demo(args: argparse.Namespace) -> Iterator[str]:
-    """Simulate into `args.logs`, run every job into `args.warehouse`; yield summary lines."""
-    from pipelines.run_all import parser, run
+    """Simulate into `args.logs`, run every job and the quality gate into `args.warehouse`,
+    write the HTML report beside the tables; yield summary lines."""
+    from pipelines.run_all import JOBS, QUALITY, parser, run
     from pipelines.session import build_session
     from sharestate.lake import register_views
+    from sharestate.report import write_report
 
     logs, warehouse = Path(args.logs), Path(args.warehouse)
     for folder in (logs, warehouse):
@@ -60,15 +63,18 @@ def run_demo(args: argparse.Namespace) -> Iterator[str]:
     ends = logs / END_OFFSETS_FILE
     yield f"simulated: {result.summary_line()}"
     status = run(parser().parse_args(["--source", str(logs), "--warehouse", str(warehouse),
-                                      "--delivery-limit", "5", "--end-offsets", str(ends)]))
+                                      "--delivery-limit", "5", "--end-offsets", str(ends)]),
+                 (*JOBS, QUALITY))
     spark = build_session("sharestate")
     register_views(spark, warehouse)
     for title, query in SUMMARY_QUERIES.items():
         rows = [r.asDict() for r in spark.sql(query).collect()]
         yield f"\n{title}:"
         yield from (_line(row) for row in rows)
+    report = write_report(warehouse, warehouse / "report.html", spark=spark)
     yield (f"\nDelta tables: {warehouse.resolve()}  (try: sharestate sql --warehouse "
            f"{warehouse} \"SELECT * FROM share_group_lag\")")
+    yield f"report: {report.resolve()}"
     yield f"pipeline exit status {status} ({'findings recorded' if status else 'clean'})"
 
 
