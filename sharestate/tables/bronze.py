@@ -130,18 +130,6 @@ class _Chunk:
             self.timestamp_types.extend([None] * len(records))
         self._add_decoded(records, decoded)
 
-    def add_findings_of(self, batch: Batch, decoded: list[Any]) -> None:
-        """Only the rows of `batch` that carry a finding."""
-        crc = next((f for f in batch.findings if f.kind == "crc_mismatch"), None)
-        bad = [i for i, d in enumerate(decoded) if crc is not None or isinstance(d, Finding)
-               or (isinstance(d, KeyValue) and d.error is not None)]
-        if bad:
-            self.add_records([batch.records[i] for i in bad], [decoded[i] for i in bad],
-                             batch.header, crc)
-        for finding in batch.findings:
-            if finding.kind != "crc_mismatch":
-                self.add_finding(finding, batch.header)
-
     def add_records(self, records: list[Any], decoded: list[Any], header: Any,
                     crc: Finding | None = None,
                     timestamp_types: list[Any] | None = None) -> None:
@@ -248,13 +236,8 @@ class _Chunk:
 
 
 def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
-               rows_per_batch: int = ROWS_PER_BATCH,
-               findings_only: bool = False) -> Iterator[Staged]:
-    """Stream one split as staging record batches (see the module docstring).
-
-    `findings_only` yields just the rows that carry a finding (what `decode_errors` gets),
-    skipping the work of building the rows of every good record.
-    """
+               rows_per_batch: int = ROWS_PER_BATCH) -> Iterator[Staged]:
+    """Stream one split as staging record batches (see the module docstring)."""
     segment = split.segment
     if detection is None:
         detection = detect_segment(segment)
@@ -275,8 +258,7 @@ def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
 
     with segment.open() as stream:
         for item in read_batches(stream, start_position=split.start, end_position=split.end):
-            if not (findings_only or isinstance(item, Finding) or item.header.is_control
-                    or item.findings):
+            if not (isinstance(item, Finding) or item.header.is_control or item.findings):
                 clean.append(item)
                 records.extend(item.records)
             else:
@@ -285,14 +267,10 @@ def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
                 if isinstance(item, Finding):
                     chunk.add_finding(item)
                 else:
-                    decoded: list[Any] = (
+                    chunk.add_batch(item, (
                         [parse_control(r, item.header) for r in item.records]
                         if item.header.is_control
-                        else decode_key_values(schemas, detection.topic, item.records))
-                    if findings_only:
-                        chunk.add_findings_of(item, decoded)
-                    else:
-                        chunk.add_batch(item, decoded)
+                        else decode_key_values(schemas, detection.topic, item.records)))
             if chunk.size + len(records) >= rows_per_batch:
                 if clean:
                     add_clean()
