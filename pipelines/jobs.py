@@ -200,6 +200,8 @@ def _kafka_raw(spark: SparkSession, lake: Lake, warehouse: Warehouse, uri: str, 
 
 def _covered_offsets(lake: Lake, warehouse: Warehouse, source: str
                      ) -> dict[tuple[str, int], int]:
+    if _empty(lake, warehouse.path("ingest_runs")):
+        return {}
     runs = lake.read(warehouse.path("ingest_runs")).where(
         (F.col("source") == source) & F.col("last_offset").isNotNull())
     return {(r["topic"], r["partition"]): r["last"] for r in
@@ -258,8 +260,15 @@ def _write_bronze(spark: SparkSession, lake: Lake, warehouse: Warehouse, inputs:
     report.findings += found
 
 
+def _empty(lake: Lake, path: str) -> bool:
+    """Whether the table has no data files, known without a Spark query (else False)."""
+    return lake.active_files(path) == []
+
+
 def _ingested(lake: Lake, warehouse: Warehouse) -> dict[str, tuple[int, int]]:
     """(size, modified) of each segment as the latest ingest run that read it saw it."""
+    if _empty(lake, warehouse.path("ingest_runs")):
+        return {}
     runs = lake.read(warehouse.path("ingest_runs")).where(F.col("job") == "ingest")
     latest = runs.groupBy("source").agg(F.max(F.struct("finished_at", "bytes",
                                                          "modified_ms")).alias("last"))
