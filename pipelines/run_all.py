@@ -81,7 +81,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Delta backend (default: spark.sharestate.lake.backend, else auto)")
     p.add_argument("--run-id", metavar="ID",
                    help="run id to record in ingest_runs and each table commit (default: a "
-                        "new one); a scheduler passes one per data interval to all four jobs")
+                        "new one); a scheduler passes one per data interval to all four jobs. "
+                        "The decode job run alone then decodes only the segments that ingest "
+                        "run wrote (without --run-id: all of bronze)")
 
 
 def _end_offsets(path: str | None) -> dict[tuple[str, int], int] | None:
@@ -136,7 +138,8 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
                                    if "=" in item), silver=fused))
         elif job == "decode":
             if not fused:
-                reports.append(pipeline.decode(spark, warehouse, run_id=run_id))
+                reports.append(pipeline.decode(spark, warehouse, run_id=run_id,
+                                               only_run=args.run_id))
         elif job == "replay":
             reports.append(pipeline.replay(spark, warehouse, run_id=run_id, options=gold))
         elif job == QUALITY:

@@ -518,8 +518,10 @@ def test_run_all_records_the_given_run_id(monkeypatch: pytest.MonkeyPatch,
 
     seen: list[str] = []
 
-    def decode(spark: Any, warehouse: Any, *, run_id: str) -> jobs.RunReport:
+    def decode(spark: Any, warehouse: Any, *, run_id: str,
+               only_run: str | None) -> jobs.RunReport:
         seen.append(run_id)
+        assert only_run == (RUN_ID if len(seen) == 1 else None)
         return jobs.RunReport("decode", run_id)
 
     monkeypatch.setattr(jobs, "decode", decode)

@@ -184,6 +184,43 @@ def test_jobs_one_at_a_time_equal_the_fused_run(spark: Any, warehouse: Path,
     assert _snapshot(spark, tmp_path / "wh") == _snapshot(spark, warehouse)
 
 
+def test_decode_with_a_run_id_decodes_only_that_ingest_runs_segments(spark: Any,
+                                                                     tmp_path: Path) -> None:
+    """The DAG's way: ingest and decode as separate jobs with the interval's run id; the
+    second interval's decode rewrites only the silver partitions of its new segment."""
+    root, wh = tmp_path / "logs", tmp_path / "wh"
+    layout(root, "kafka-4.4-dev", ["share_txn"], "__share_group_state")
+    for run_id in ("interval-1", "interval-2"):
+        args = ["--source", str(root), "--warehouse", str(wh), "--run-id", run_id]
+        assert run_all(args, jobs=("ingest",)) in (0, 1)
+        before = _silver_files(wh)
+        assert run_all(args, jobs=("decode",)) in (0, 1)
+        after = _silver_files(wh)
+        if run_id == "interval-1":
+            target = root / "__share_group_state-1"  # a new segment for the next interval
+            target.mkdir()
+            shutil.copy(conformance_dir("kafka-4.4-dev") / "share_tombstones.log",
+                        target / "00000000000000000000.log")
+    assert after["0"] == before["0"]  # partition 0 was not decoded again
+    assert after["1"] and not before.get("1")
+    decoded = rows(spark, wh, "share_state_records")
+    assert {r["state_partition"] for r in decoded} == {0, 1}
+    bronze = rows(spark, wh, "log_records", "topic = '__share_group_state'")
+    assert len(decoded) == len(bronze)
+
+
+def _silver_files(warehouse: Path) -> dict[str, set[str]]:
+    """The data files of `share_state_records` by state partition."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    files: dict[str, set[str]] = {}
+    for action in pa.table(DeltaTable(str(warehouse / "share_state_records")).get_add_actions(
+            flatten=True)).to_pylist():
+        files.setdefault(str(action["partition.state_partition"]), set()).add(action["path"])
+    return files
+
+
 def test_corrupt_segment_lands_in_decode_errors(spark: Any, tmp_path: Path) -> None:
     data = (conformance_dir("kafka-4.4-dev") / "share_codec_none.log").read_bytes()
     broken = bytearray(data)
