@@ -29,10 +29,6 @@ static int load_types(void) {
 
 enum { MAX_LEADER, MAX_STATE, STATE_EPOCH, SNAPSHOT_EPOCH, START, SEEN_FIELDS };
 
-static long slot(PyObject *slots, int i) {
-    return PyLong_AsLong(PyTuple_GET_ITEM(slots, i));
-}
-
 /* *out = the int at values[index]; 0 ok, -1 error (or not an int). */
 static int int_at(PyObject *values, long index, long long *out) {
     *out = PyLong_AsLongLong(PyTuple_GET_ITEM(values, index));
@@ -55,18 +51,12 @@ static PyObject *larger(PyObject *a, long long va, PyObject *b, long long vb) {
 /* 1 applied, 0 not taken (fall back), -1 error. */
 static int audit_one(PyObject *seen, PyObject *seen_type, PyObject *key_type,
                      PyObject *decoded, PyObject *slot_table) {
-    PyObject *type_id = PyTuple_GET_ITEM(decoded, 0), *kind = PyTuple_GET_ITEM(decoded, 1);
+    PyObject *type_id = PyTuple_GET_ITEM(decoded, 0);
     PyObject *key_values = PyTuple_GET_ITEM(decoded, 2), *version = PyTuple_GET_ITEM(decoded, 3);
     PyObject *values = PyTuple_GET_ITEM(decoded, 4);
     if (values == Py_None || version == Py_None) return 0;
-    long tid = PyLong_AsLong(type_id), ver = PyLong_AsLong(version);
-    if (PyErr_Occurred()) return -1;
-    PyObject *slot_key = PyLong_FromLong((tid << 16) | (ver & 0xFFFF));
-    if (!slot_key) return -1;
-    PyObject *slots = PyDict_GetItemWithError(slot_table, slot_key);
-    Py_DECREF(slot_key);
+    PyObject *slots = native_value_slots(slot_table, type_id, version);
     if (!slots) return PyErr_Occurred() ? -1 : 0;
-    (void)kind;
 
     PyObject *key = ((PyTypeObject *)key_type)->tp_alloc((PyTypeObject *)key_type, 3);
     if (!key) return -1;
@@ -76,7 +66,7 @@ static int audit_one(PyObject *seen, PyObject *seen_type, PyObject *key_type,
     if (!prev) { rc = PyErr_Occurred() ? -1 : 0; goto done; }
 
     long long leader, start, max_leader, prev_start, snapshot_epoch, prev_snapshot_epoch;
-    long li = slot(slots, 3), si = slot(slots, 4), sni = slot(slots, 1);
+    long li = native_slot(slots, 3), si = native_slot(slots, 4), sni = native_slot(slots, 1);
     if (int_at(values, li, &leader) < 0 || int_at(values, si, &start) < 0
         || int_at(values, sni, &snapshot_epoch) < 0
         || int_at(prev, MAX_LEADER, &max_leader) < 0 || int_at(prev, START, &prev_start) < 0
@@ -89,7 +79,7 @@ static int audit_one(PyObject *seen, PyObject *seen_type, PyObject *key_type,
                                       leader_obj, leader);
     PyObject *items[SEEN_FIELDS];
     if (PyObject_IsTrue(PyTuple_GET_ITEM(slots, 0))) {
-        long sei = slot(slots, 2);
+        long sei = native_slot(slots, 2);
         PyObject *prev_state = PyTuple_GET_ITEM(prev, STATE_EPOCH);
         long long state_epoch, prev_state_epoch;
         /* A snapshot is quiet only in the same state epoch, with the next snapshot epoch. */

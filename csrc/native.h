@@ -17,6 +17,23 @@ static inline uint64_t native_be64(const unsigned char *p) {
     return ((uint64_t)native_be32(p) << 32) | native_be32(p + 4);
 }
 
+/* Value slot tables (sharestate.coordinator.share_state.native_value_slots, keyed
+ * type_id << 16 | version): item `i` of a slot tuple, and the tuple of a record's value
+ * layout (borrowed; NULL when absent or on error: check PyErr_Occurred). */
+static inline long native_slot(PyObject *slots, int i) {
+    return PyLong_AsLong(PyTuple_GET_ITEM(slots, i));
+}
+static inline PyObject *native_value_slots(PyObject *slot_table, PyObject *type_id,
+                                           PyObject *version) {
+    long tid = PyLong_AsLong(type_id), ver = PyLong_AsLong(version);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *slot_key = PyLong_FromLong((tid << 16) | (ver & 0xFFFF));
+    if (!slot_key) return NULL;
+    PyObject *slots = PyDict_GetItemWithError(slot_table, slot_key);
+    Py_DECREF(slot_key);
+    return slots;
+}
+
 /* Raise sharestate.records.codec.DecodeError(message, position). Returns NULL. */
 PyObject *native_decode_error(Py_ssize_t position, const char *format, ...);
 /* 16 bytes -> Kafka's Uuid.toString() (22 chars of URL-safe base64). */

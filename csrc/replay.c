@@ -40,10 +40,6 @@ static PyObject *new_tuple(PyObject *type, Py_ssize_t n) {
     return ((PyTypeObject *)type)->tp_alloc((PyTypeObject *)type, n);
 }
 
-static long slot_at(PyObject *slots, int i) {
-    return PyLong_AsLong(PyTuple_GET_ITEM(slots, i));
-}
-
 /* Item `index` of `values`, or `absent` (new ref) when index is -1. */
 static PyObject *field(PyObject *values, long index, PyObject *absent) {
     return Py_NewRef(index < 0 ? absent : PyTuple_GET_ITEM(values, index));
@@ -51,7 +47,7 @@ static PyObject *field(PyObject *values, long index, PyObject *absent) {
 
 /* 1 when every decoded batch has first <= last, 0 when one does not, -1 on error. */
 static int batches_valid(PyObject *raw, PyObject *slots) {
-    long fi = slot_at(slots, 9), li = slot_at(slots, 10);
+    long fi = native_slot(slots, 9), li = native_slot(slots, 10);
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(raw); i++) {
         PyObject *b = PyTuple_GET_ITEM(raw, i);
         int bad = PyObject_RichCompareBool(PyTuple_GET_ITEM(b, fi), PyTuple_GET_ITEM(b, li), Py_GT);
@@ -62,8 +58,8 @@ static int batches_valid(PyObject *raw, PyObject *slots) {
 
 /* The decoded batch structs as a tuple of StateBatch (all valid). */
 static PyObject *state_batches(PyObject *raw, PyObject *slots) {
-    long fi = slot_at(slots, 9), li = slot_at(slots, 10), si = slot_at(slots, 11);
-    long ci = slot_at(slots, 12);
+    long fi = native_slot(slots, 9), li = native_slot(slots, 10), si = native_slot(slots, 11);
+    long ci = native_slot(slots, 12);
     Py_ssize_t n = PyTuple_GET_SIZE(raw);
     PyObject *out = PyTuple_New(n);
     if (!out) return NULL;
@@ -138,20 +134,15 @@ static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *de
         || version == Py_None) {
         return 0;
     }
-    long tid = PyLong_AsLong(type_id), ver = PyLong_AsLong(version);
-    if (PyErr_Occurred()) return -1;
-    PyObject *slot_key = PyLong_FromLong((tid << 16) | (ver & 0xFFFF));
-    if (!slot_key) return -1;
-    PyObject *slots = PyDict_GetItemWithError(slot_table, slot_key);
-    Py_DECREF(slot_key);
+    PyObject *slots = native_value_slots(slot_table, type_id, version);
     if (!slots) return PyErr_Occurred() ? -1 : 0;
-    PyObject *raw_batches = PyTuple_GET_ITEM(values, slot_at(slots, 8));
+    PyObject *raw_batches = PyTuple_GET_ITEM(values, native_slot(slots, 8));
     int valid = batches_valid(raw_batches, slots);
     if (valid <= 0) return valid;
     /* The combiner reads (first, last, state, count) from items 0-3 of any tuple, so an
      * update merged into an existing state needs no StateBatch copies of its batches. */
-    int raw_order = slot_at(slots, 9) == 0 && slot_at(slots, 10) == 1
-                    && slot_at(slots, 11) == 2 && slot_at(slots, 12) == 3;
+    int raw_order = native_slot(slots, 9) == 0 && native_slot(slots, 10) == 1
+                    && native_slot(slots, 11) == 2 && native_slot(slots, 12) == 3;
     PyObject *batches = NULL;
 
     PyObject *states = PyTuple_GET_ITEM(ctx, 0), *leader_epochs = PyTuple_GET_ITEM(ctx, 1);
@@ -167,21 +158,21 @@ static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *de
 
     int is_snapshot = PyObject_IsTrue(PyTuple_GET_ITEM(slots, 0));
     PyObject *minus_one = PyLong_FromLong(-1);
-    PyObject *leader_epoch = PyTuple_GET_ITEM(values, slot_at(slots, 3));
-    PyObject *start = PyTuple_GET_ITEM(values, slot_at(slots, 4));
+    PyObject *leader_epoch = PyTuple_GET_ITEM(values, native_slot(slots, 3));
+    PyObject *start = PyTuple_GET_ITEM(values, native_slot(slots, 4));
     int rc = -1;
     if (!minus_one || max_into(leader_epochs, key, leader_epoch) < 0) goto done;
     if (is_snapshot) {
-        long sei = slot_at(slots, 2);
+        long sei = native_slot(slots, 2);
         if (sei < 0) { rc = 0; goto done; }
         PyObject *state_epoch = PyTuple_GET_ITEM(values, sei);
         if (max_into(state_epochs, key, state_epoch) < 0) goto done;
         if (!(batches = state_batches(raw_batches, slots))) goto done;
         PyObject *items[8] = {
-            Py_NewRef(PyTuple_GET_ITEM(values, slot_at(slots, 1))), Py_NewRef(state_epoch),
+            Py_NewRef(PyTuple_GET_ITEM(values, native_slot(slots, 1))), Py_NewRef(state_epoch),
             Py_NewRef(leader_epoch), Py_NewRef(start),
-            field(values, slot_at(slots, 5), minus_one), field(values, slot_at(slots, 6), Py_None),
-            field(values, slot_at(slots, 7), Py_None), Py_NewRef(batches) };
+            field(values, native_slot(slots, 5), minus_one), field(values, native_slot(slots, 6), Py_None),
+            field(values, native_slot(slots, 7), Py_None), Py_NewRef(batches) };
         PyObject *state = state_of(state_type, items);
         if (!state) goto done;
         int set = PyDict_SetItem(states, key, state);
@@ -205,7 +196,7 @@ static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *de
         if (!res) goto done;
         Py_DECREF(res);
     } else {
-        long dcci = slot_at(slots, 5);
+        long dcci = native_slot(slots, 5);
         PyObject *dcc = dcci < 0 ? minus_one : PyTuple_GET_ITEM(values, dcci);
         PyObject *state = PyDict_GetItemWithError(states, key);
         PyObject *new_state;
@@ -213,7 +204,7 @@ static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *de
             if (PyErr_Occurred()) goto done;
             if (!(batches = state_batches(raw_batches, slots))) goto done;
             PyObject *items[8] = {
-                Py_NewRef(PyTuple_GET_ITEM(values, slot_at(slots, 1))), Py_NewRef(fresh_epoch),
+                Py_NewRef(PyTuple_GET_ITEM(values, native_slot(slots, 1))), Py_NewRef(fresh_epoch),
                 Py_NewRef(leader_epoch), Py_NewRef(start), Py_NewRef(dcc), Py_NewRef(fresh_ts),
                 Py_NewRef(fresh_ts), Py_NewRef(batches) };
             new_state = state_of(state_type, items);
