@@ -7,6 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from conftest import conformance_dir
 
@@ -21,7 +22,7 @@ from sharestate.records.segment import (
 from sharestate.replay import share_log
 from sharestate.replay.logs import END, AsOf, partition_logs
 from sharestate.replay.share_log import ShareReplay, replay_share_log
-from sharestate.tables.arrow_log import ArrowLog
+from sharestate.tables.arrow_log import COLUMNS, ArrowLog
 from sharestate.tables.bronze import Split, read_split
 from sharestate.tables.gold import history_batch
 from sharestate.tables.silver import group_rows, share_state_rows
@@ -216,3 +217,35 @@ def test_history_rows_hold_the_state_after_each_record() -> None:
              "delivery_count": b[3]} for b in state.batches]
     assert [r["record_type"] for r in rows if r["deleted"]] == ["Tombstone"] * sum(
         r["deleted"] for r in rows)
+
+
+def test_replay_of_spark_ordered_rows_equals_replay_of_bronze_files(tmp_path: Path) -> None:
+    """`replay_rows` (rows Spark read and ordered: the jvm backend's way) gives the gold rows
+    `replay_partitions` gives reading each partition's bronze files (the rs backend's)."""
+    from sharestate.tables.gold_replay import GoldOptions
+    from sharestate.tables.tasks import replay_partitions, replay_rows
+
+    names = ["share_txn", "share_tombstones"]
+    files = []
+    for partition, name in enumerate(names):
+        records = _bronze_records(conformance_dir("kafka-4.4-dev") / f"{name}.log")
+        path = tmp_path / f"{partition}.parquet"
+        written = records if partition == 0 else records.take(  # one file out of order
+            pa.array(range(records.num_rows - 1, -1, -1)))
+        pq.write_table(written, path, row_group_size=7)
+        files.append((partition, path, records))
+    options = GoldOptions()
+    tasks = pa.RecordBatch.from_pylist([
+        {"topic": "__share_group_state", "partition": p, "files": [str(path)]}
+        for p, path, _ in files])
+    by_files = [(name, rows.to_pylist()) for name, rows in replay_partitions(iter([tasks]),
+                                                                             options)]
+    ordered = pa.concat_tables([
+        records.select([*COLUMNS, "dialect"]).append_column(
+            "partition", pa.array([p] * records.num_rows, pa.int32())).append_column(
+            "topic", pa.array(["__share_group_state"] * records.num_rows))
+        for p, _, records in files]).combine_chunks().to_batches(max_chunksize=11)
+    by_rows = [(name, rows.to_pylist()) for name, rows in replay_rows(iter(ordered), options)]
+    assert by_rows == by_files
+    assert {name for name, _ in by_files} >= {"share_partition_state_history",
+                                              "share_partition_state"}

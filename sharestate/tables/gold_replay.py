@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sharestate.analytics.audit import ShareAuditor, TransactionAuditor, shard_finding_rows
 from sharestate.analytics.offsets import OffsetHistory
@@ -67,20 +69,22 @@ class GoldOptions:
     retention_minutes: int = 10080
 
 
-def _partitions(rows: Iterable[pa.RecordBatch]
-                ) -> Iterator[tuple[int, Iterator[pa.RecordBatch]]]:
-    """(partition, its row slices) for rows ordered by partition, lazily."""
-    def pieces() -> Iterator[tuple[int, pa.RecordBatch]]:
+def column_runs(rows: Iterable[pa.RecordBatch], column: str
+                ) -> Iterator[tuple[Any, Iterator[pa.RecordBatch]]]:
+    """(value, its row slices) for each run of equal `column` values, lazily."""
+    def pieces() -> Iterator[tuple[Any, pa.RecordBatch]]:
         for batch in rows:
-            values = batch.column("partition").to_pylist()
-            start = 0
-            for i in range(1, len(values) + 1):
-                if i == len(values) or values[i] != values[start]:
-                    yield values[start], batch.slice(start, i - start)
-                    start = i
+            values = batch.column(column)
+            n = len(values)
+            if not n:
+                continue
+            change = pc.not_equal(values.slice(1), values.slice(0, n - 1)).fill_null(True)
+            starts = [0, *(np.flatnonzero(change.to_numpy(zero_copy_only=False)) + 1).tolist()]
+            for start, end in zip(starts, [*starts[1:], n], strict=True):
+                yield values[start].as_py(), batch.slice(start, end - start)
 
-    for partition, group in groupby(pieces(), key=lambda piece: piece[0]):
-        yield partition, (piece for _, piece in group)
+    for value, group in groupby(pieces(), key=lambda piece: piece[0]):
+        yield value, (piece for _, piece in group)
 
 
 def _first_dialect(slices: Iterator[pa.RecordBatch]) -> tuple[str, Iterator[pa.RecordBatch]]:
@@ -96,7 +100,7 @@ def _first_dialect(slices: Iterator[pa.RecordBatch]) -> tuple[str, Iterator[pa.R
 
 def share_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator[Rows]:
     """Gold rows for bronze rows of `__share_group_state` (see the module)."""
-    for partition, slices in _partitions(rows):
+    for partition, slices in column_runs(rows, "partition"):
         dialect, slices = _first_dialect(slices)
         auditor = ShareAuditor(partition, dialects=(dialect,))
         replay = ShareReplay(ArrowLog(SHARE_STATE_TOPIC, partition, slices, dialect),
@@ -122,7 +126,7 @@ def share_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator
 
 def group_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator[Rows]:
     """Gold rows for bronze rows of `__consumer_offsets` (see the module)."""
-    for partition, slices in _partitions(rows):
+    for partition, slices in column_runs(rows, "partition"):
         dialect, slices = _first_dialect(slices)
         history = OffsetHistory(partition)
         auditor = TransactionAuditor(CONSUMER_OFFSETS_TOPIC, partition)
@@ -140,18 +144,24 @@ def group_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator
 
 def read_partition_files(partition: int, uris: list[str]) -> Iterator[pa.RecordBatch]:
     """Bronze rows of one topic-partition from its data files (ordered by segment and first
-    offset), with the `partition` column the gold passes group by; in offset order."""
-    import pyarrow.compute as pc
+    offset), with the `partition` column the gold passes group by; in offset order.
+
+    A file whose offsets already ascend (what ingest writes) is streamed `READ_ROWS` at a
+    time; only another one is read whole to be sorted."""
     import pyarrow.parquet as pq
 
     from sharestate.tables.arrow_log import COLUMNS
 
+    columns = [*COLUMNS, "dialect"]
     for uri in uris:
-        rows = pq.read_table(uri, columns=[*COLUMNS, "dialect"])
-        rows = rows.filter(pc.is_valid(rows["offset"]))
-        offsets = rows["offset"]
-        if len(offsets) > 1 and not pc.all(pc.greater(offsets[1:], offsets[:-1])).as_py():
-            rows = rows.sort_by("offset")
-        rows = rows.append_column("partition", pa.array([partition] * rows.num_rows,
-                                                        pa.int32()))
-        yield from rows.to_batches(max_chunksize=READ_ROWS)
+        source = pq.ParquetFile(uri)
+        offsets = source.read(columns=["offset"])["offset"].drop_null()
+        if len(offsets) < 2 or pc.all(pc.greater(offsets[1:], offsets[:-1])).as_py():
+            batches = source.iter_batches(batch_size=READ_ROWS, columns=columns)
+        else:
+            batches = iter(source.read(columns=columns).sort_by("offset").to_batches(
+                max_chunksize=READ_ROWS))
+        for rows in batches:
+            rows = rows.filter(pc.is_valid(rows.column("offset")))
+            yield rows.append_column("partition", pa.array([partition] * rows.num_rows,
+                                                           pa.int32()))

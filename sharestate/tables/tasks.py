@@ -101,18 +101,7 @@ def replay_partitions(tasks: Iterator[pa.RecordBatch], options: GoldOptions) -> 
 def replay_rows(rows: Iterator[pa.RecordBatch], options: GoldOptions) -> Iterator[Rows]:
     """Replay bronze rows ordered by (topic, partition, offset) into the gold tables."""
     quiet_gc()
-
-    def pieces() -> Iterator[tuple[str, pa.RecordBatch]]:
-        for batch in rows:
-            values = batch.column("topic").to_pylist()
-            start = 0
-            for i in range(1, len(values) + 1):
-                if i == len(values) or values[i] != values[start]:
-                    yield values[start], batch.slice(start, i - start)
-                    start = i
-
-    for topic, group in itertools.groupby(pieces(), key=lambda piece: piece[0]):
-        slices = (piece for _, piece in group)
+    for topic, slices in gold_replay.column_runs(rows, "topic"):
         if topic == SHARE_STATE_TOPIC:
             yield from gold_replay.share_gold(slices, options)
         else:
