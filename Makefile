@@ -21,6 +21,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pipelines.class_archive
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install sharestate with its dev dependencies
@@ -33,6 +34,7 @@ $(AIRFLOW_STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,airflow]'
 	$(BIN)/python -c '$(PYSPARK_CHECK)'
+	$(BIN)/python -m pipelines.class_archive
 	rm -f $(VENV)/.installed-* $(VENV)/.airflow-* && touch $(STAMP) $(AIRFLOW_STAMP)
 
 install-airflow: $(AIRFLOW_STAMP) ## install also Airflow 3 + the Spark provider (the DAG in airflow/ and its tests)

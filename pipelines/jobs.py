@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -37,7 +37,7 @@ from sharestate.analytics.lag import FILE, lag_rows
 from sharestate.analytics.redelivery import redelivery_rows
 from sharestate.coordinator.share_state import ShareKey
 from sharestate.lake import ActiveFile, Lake, Produce, Target, open_lake
-from sharestate.log import discover
+from sharestate.log import discover, segment_of
 from sharestate.log.index import split_points
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.tables import bronze as bronze_rows
@@ -113,7 +113,8 @@ def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
     same segments (`run_all` does this: bronze is then not read back to decode it).
 
     One pass over the input: each task reads its split and writes every table; what the
-    run covered is then read back from its own rows (a few small columns).
+    run covered comes from the statistics of the files it wrote (or, on a backend that cannot
+    list them, is read back from its rows).
     """
     started = time.monotonic()
     lake = open_lake(spark)
@@ -126,12 +127,12 @@ def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
         if splits is not None:
             _write_bronze(spark, lake, warehouse, splits,
                           partial(tasks.ingest_splits, run_id=run_id, silver=silver), sizes,
-                          None, run_id, report, silver)
+                          None, run_id, report, silver, _segment_sources(sizes))
     for uri in live:
         raw, visibility = _kafka_raw(spark, lake, warehouse, uri, full, kafka_options or {})
         _write_bronze(spark, lake, warehouse, raw,
                       partial(tasks.ingest_consumed, run_id=run_id, source=uri, silver=silver),
-                      {}, visibility, run_id, report, silver)
+                      {}, visibility, run_id, report, silver, uri)
     if silver:
         report.rows.update({name: table_rows(warehouse.path(name)) for name in SILVER})
     report.seconds = time.monotonic() - started
@@ -162,6 +163,18 @@ def _segment_splits(spark: SparkSession, lake: Lake, warehouse: Warehouse,
     ranges.sort(key=lambda r: (r[2] if r[2] is not None else todo[r[0]][0]) - r[1],
                 reverse=True)
     return one_task_each(spark, ranges, "path string, start bigint, end bigint"), todo
+
+
+def _segment_sources(paths: Iterable[str]) -> dict[PartitionKey, str]:
+    """The bronze partition each segment file writes, where its path names it (a loose file,
+    or two files naming the same partition, are left out)."""
+    named: dict[PartitionKey, list[str]] = {}
+    for path in paths:
+        segment = segment_of(Path(path))
+        if segment.topic is not None and segment.partition is not None:
+            named.setdefault((segment.topic, segment.partition, segment.base_offset or 0),
+                             []).append(path)
+    return {key: found[0] for key, found in named.items() if len(found) == 1}
 
 
 def one_task_each(spark: SparkSession, rows: list[tuple[Any, ...]], schema: str) -> DataFrame:
@@ -208,15 +221,106 @@ def _covered_offsets(lake: Lake, warehouse: Warehouse, source: str
             runs.groupBy("topic", "partition").agg(F.max("last_offset").alias("last")).collect()}
 
 
+Coverage = dict[tuple[str, int], dict[str, Any]]
+"""What a run read, by (source, segment): topic, partition, first/last offset, records."""
+PartitionKey = tuple[str, int, int]
+"""A bronze partition: (topic, partition, segment)."""
+Covered = tuple[Coverage, dict[tuple[str, int], int], list[dict[str, Any]]]
+"""A run's coverage, its decode errors by (source, segment), and the decode_errors
+partitions of earlier runs of the segments it read again (stale: their findings are gone)."""
+
+
 def _write_bronze(spark: SparkSession, lake: Lake, warehouse: Warehouse, inputs: DataFrame,
                   produce: Produce, sizes: dict[str, tuple[int, int]], note: str | None,
-                  run_id: str, report: RunReport, silver: bool) -> None:
+                  run_id: str, report: RunReport, silver: bool,
+                  sources: dict[PartitionKey, str] | str) -> None:
     """Write one input to the bronze (and with `silver` the silver) tables in one pass;
-    record what the run covered."""
+    record what the run covered. `sources`: the source of each bronze partition the input
+    can write (or the one source of them all)."""
     meta = {"run": run_id, "note": note}
     names = ("log_records", "decode_errors", *(SILVER if silver else ()))
+    before = _bronze_files(lake, warehouse)
     lake.overwrite_many(inputs, produce, {name: Target(warehouse.path(name)) for name in names},
                         metadata=meta)
+    after = _bronze_files(lake, warehouse) if before is not None else None
+    of_files = _coverage_of_files(before, after, sources) if before and after else None
+    covered, counts, stale = of_files or _coverage_of_rows(lake, warehouse, run_id)
+    if stale:  # a segment read again whose findings are gone loses the old ones
+        lake.overwrite(lake.read(warehouse.path("decode_errors")).limit(0),
+                       warehouse.path("decode_errors"), partitions=stale, metadata=meta)
+    finished = int(time.time() * 1000)
+    runs = [{"ingest_run": run_id, "job": "ingest", "source": c["source"],
+             "source_kind": "kafka" if note else "segments", "topic": c["topic"],
+             "partition": c["partition"], "segment": c["segment"],
+             "first_offset": c["first_offset"], "last_offset": c["last_offset"],
+             "bytes": sizes.get(c["source"], (None, None))[0], "records": c["records"],
+             "findings": counts.get(key, 0),
+             "modified_ms": sizes.get(c["source"], (None, None))[1], "note": note,
+             "finished_at": finished} for key, c in covered.items()]
+    if runs:
+        lake.append(rows_frame(spark, runs, "ingest_runs"), warehouse.path("ingest_runs"),
+                    metadata={**meta, "inputs": len(runs)})
+    report.rows["log_records"] = report.rows.get("log_records", 0) + sum(
+        c["records"] for c in covered.values())
+    found = sum(counts.values())
+    report.rows["decode_errors"] = report.rows.get("decode_errors", 0) + found
+    report.findings += found
+
+
+def _bronze_files(lake: Lake, warehouse: Warehouse) -> dict[str, list[ActiveFile]] | None:
+    """The data files of `log_records` and `decode_errors` (None: the backend cannot list)."""
+    listed = {name: lake.active_files(warehouse.path(name))
+              for name in ("log_records", "decode_errors")}
+    return {name: files for name, files in listed.items() if files is not None} \
+        if all(files is not None for files in listed.values()) else None
+
+
+def _coverage_of_files(before: dict[str, list[ActiveFile]], after: dict[str, list[ActiveFile]],
+                       sources: dict[PartitionKey, str] | str) -> Covered | None:
+    """What the run covered, from the statistics of the files it added (the files of a
+    partition it wrote are all new: the run replaced them); None when a file's partition
+    has no known source."""
+    old = {f.uri for files in before.values() for f in files}
+
+    def source(f: ActiveFile) -> tuple[str, int] | None:
+        values = f.partition_values
+        key = (str(values["topic"]), int(values["partition"]), int(values["segment"]))
+        found = sources if isinstance(sources, str) else sources.get(key)
+        return None if found is None else (found, key[2])
+
+    covered: Coverage = {}
+    counts: dict[tuple[str, int], int] = {}
+    for name in ("log_records", "decode_errors"):
+        for f in after[name]:
+            if f.uri in old:
+                continue
+            where = source(f)
+            if where is None:
+                return None
+            entry = covered.setdefault(where, {
+                "source": where[0], "topic": f.partition_values["topic"],
+                "partition": f.partition_values["partition"], "segment": where[1],
+                "first_offset": None, "last_offset": None, "records": 0})
+            if name == "decode_errors":
+                counts[where] = counts.get(where, 0) + f.records
+                continue
+            entry["records"] += f.records
+            low, high = f.min_values.get("offset"), f.max_values.get("offset")
+            if low is not None:
+                first = entry["first_offset"]
+                entry["first_offset"] = low if first is None else min(first, low)
+            if high is not None:
+                last = entry["last_offset"]
+                entry["last_offset"] = high if last is None else max(last, high)
+    stale = []
+    for f in after["decode_errors"]:
+        if f.uri in old and (where := source(f)) is not None and where in covered:
+            stale.append({c: f.partition_values[c] for c in ("topic", "partition", "segment")})
+    return covered, counts, stale
+
+
+def _coverage_of_rows(lake: Lake, warehouse: Warehouse, run_id: str) -> Covered:
+    """What the run covered, read back from its rows (backends that cannot list files)."""
     written = lake.read(warehouse.path("log_records")).where(F.col("ingest_run") == run_id)
     covered = {(r["source"], r["segment"]): r.asDict() for r in written.groupBy(
         "source", "topic", "partition", "segment").agg(
@@ -238,26 +342,7 @@ def _write_bronze(spark: SparkSession, lake: Lake, warehouse: Warehouse, inputs:
              for r in errors.select("source", "topic", "partition", "segment", "ingest_run")
              .distinct().collect()
              if r["ingest_run"] != run_id and (r["source"], r["segment"]) in covered]
-    if stale:
-        lake.overwrite(errors.limit(0), warehouse.path("decode_errors"), partitions=stale,
-                       metadata=meta)
-    finished = int(time.time() * 1000)
-    runs = [{"ingest_run": run_id, "job": "ingest", "source": c["source"],
-             "source_kind": "kafka" if note else "segments", "topic": c["topic"],
-             "partition": c["partition"], "segment": c["segment"],
-             "first_offset": c["first_offset"], "last_offset": c["last_offset"],
-             "bytes": sizes.get(c["source"], (None, None))[0], "records": c["records"],
-             "findings": counts.get(key, 0),
-             "modified_ms": sizes.get(c["source"], (None, None))[1], "note": note,
-             "finished_at": finished} for key, c in covered.items()]
-    if runs:
-        lake.append(rows_frame(spark, runs, "ingest_runs"), warehouse.path("ingest_runs"),
-                    metadata={**meta, "inputs": len(runs)})
-    report.rows["log_records"] = report.rows.get("log_records", 0) + sum(
-        c["records"] for c in covered.values())
-    found = sum(counts.values())
-    report.rows["decode_errors"] = report.rows.get("decode_errors", 0) + found
-    report.findings += found
+    return covered, counts, stale
 
 
 def _empty(lake: Lake, path: str) -> bool:

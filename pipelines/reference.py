@@ -68,6 +68,7 @@ def _jobs() -> Iterator[str]:
 
 
 def _spark() -> Iterator[str]:
+    from pipelines.class_archive import SETTING
     from pipelines.session import CONF_FILE_ENV, DEFAULT_CONF_FILE, DEFAULTS, LOCAL_DEFAULTS
     from sharestate.lake.select import BACKEND_CONF
 
@@ -76,7 +77,9 @@ def _spark() -> Iterator[str]:
            f"(`{DEFAULT_CONF_FILE.relative_to(DEFAULT_CONF_FILE.parents[1])}`, or the file "
            f"named by `${CONF_FILE_ENV}`), then by `spark-submit --conf`, then by the job's "
            f"own `--conf`. `{BACKEND_CONF}` picks the Delta backend: `auto` (default), `rs` "
-           f"or `jvm`.\n\n")
+           f"or `jvm`. `{SETTING} off` starts a JVM the job launches itself without the "
+           f"class archive `make install` makes (default `auto`: with it when it exists; "
+           f"see `pipelines/class_archive.py`).\n\n")
     yield "| setting | default | when |\n|---|---|---|\n"
     for key, value in DEFAULTS.items():
         yield f"| `{key}` | `{value}` | always |\n"
@@ -87,6 +90,7 @@ def _spark() -> Iterator[str]:
 
 
 def _environment() -> Iterator[str]:
+    from pipelines.class_archive import CACHE_ENV
     from pipelines.session import CONF_FILE_ENV
     from sharestate.native import PURE_PYTHON_ENV
     from sharestate.quality.config import CONF_ENV
@@ -97,6 +101,8 @@ def _environment() -> Iterator[str]:
     for name, what in (
             (CONF_FILE_ENV, "Spark conf file replacing `conf/spark-defaults.conf`"),
             (CONF_ENV, "quality settings file replacing `conf/quality.toml`"),
+            (CACHE_ENV, "folder of the Spark class archive (default "
+             "`$XDG_CACHE_HOME/sharestate`, else `~/.cache/sharestate`)"),
             (f"{ENV_PREFIX}<PROPERTY>", "a client setting of a `kafka://` source, e.g. "
              f"`{ENV_PREFIX}SASL_PASSWORD` for `sasl.password`: secrets stay out of "
              "arguments, logs and tables"),

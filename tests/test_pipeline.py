@@ -8,6 +8,7 @@ replayed (`*.final_state.*`, `*.states.jsonl`) and with the core's `replay_share
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -257,3 +258,64 @@ def test_killed_run_then_rerun_completes(spark: Any, warehouse: Path, tmp_path: 
     process.wait()
     assert run(spark, root, out, "--snapshot-update-records", "5") in (0, 1)
     assert _snapshot(spark, out) == _snapshot(spark, warehouse)
+
+
+
+def _ingest_runs(spark: Any, warehouse: Path) -> list[dict[str, Any]]:
+    return sorted(({k: v for k, v in r.items() if k not in ("finished_at", "ingest_run")}
+                   for r in rows(spark, warehouse, "ingest_runs")),
+                  key=lambda r: json.dumps(r, sort_keys=True, default=str))
+
+
+def _bronze_extent(spark: Any, warehouse: Path) -> dict[int, tuple[int, int, int]]:
+    """(first offset, last offset, records) of each partition's log_records rows."""
+    extent: dict[int, tuple[int, int, int]] = {}
+    for r in rows(spark, warehouse, "log_records"):
+        first, last, count = extent.get(r["partition"], (r["offset"], r["offset"], 0))
+        extent[r["partition"]] = (min(first, r["offset"]), max(last, r["offset"]), count + 1)
+    return extent
+
+
+def test_ingest_runs_record_what_each_run_read(spark: Any, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """ingest_runs holds, per segment and run, the offsets, records and findings the run
+    wrote (from the written files' statistics; read back from the rows where the backend
+    cannot list files: both give the same); a segment read again without its findings
+    loses the old ones."""
+    from sharestate.lake.rs import RsLake
+
+    root = tmp_path / "logs"
+    layout(root, "kafka-4.4-dev", ["share_txn", "share_tombstones"], "__share_group_state")
+    damaged = root / "__share_group_state-1" / "00000000000000000000.log"
+    clean = damaged.read_bytes()
+    flipped = bytearray(clean)
+    flipped[len(clean) // 2] ^= 0xFF
+    broken = bytes(flipped[: len(flipped) - 9])
+
+    def write(data: bytes, seconds: int) -> None:  # the same file times in both runs
+        damaged.write_bytes(data)
+        os.utime(damaged, (seconds, seconds))
+
+    def ingest(warehouse: Path) -> list[Any]:
+        args = ["--source", str(root), "--warehouse", str(warehouse)]
+        write(broken, 1_700_000_000)
+        assert run_all(args, jobs=("ingest",)) == 1
+        seen = [_ingest_runs(spark, warehouse), len(rows(spark, warehouse, "decode_errors")),
+                _bronze_extent(spark, warehouse)]
+        write(clean, 1_700_000_100)
+        assert run_all(args, jobs=("ingest",)) == 0  # reads the repaired segment only
+        return [*seen, _ingest_runs(spark, warehouse),
+                len(rows(spark, warehouse, "decode_errors")), _bronze_extent(spark, warehouse)]
+
+    first, errors, extent, second, errors_after, extent_after = ingest(tmp_path / "files")
+    assert errors > 0 and errors_after == 0  # the repaired segment's findings are gone
+    assert sorted((r["partition"], r["findings"]) for r in first) == [(0, 0), (1, errors)]
+    assert {r["partition"]: (r["first_offset"], r["last_offset"], r["records"])
+            for r in first} == extent
+    added = [r for r in second if r not in first]
+    assert [(r["partition"], r["findings"]) for r in added] == [(1, 0)]
+    assert (added[0]["first_offset"], added[0]["last_offset"], added[0]["records"]) == \
+        extent_after[1]
+    monkeypatch.setattr(RsLake, "active_files", lambda self, path: None)
+    assert ingest(tmp_path / "rows") == [first, errors, extent, second, errors_after,
+                                         extent_after]

@@ -13,14 +13,14 @@ from conftest import conformance_dir
 
 from sharestate.analytics.audit import ShareAuditor
 from sharestate.log import Batch, Finding, discover, read_batches
+from sharestate.records import segment
 from sharestate.records.segment import (
     QuietRun,
     decode_segment,
     detect_segment,
     record_json,
 )
-from sharestate.replay import share_log
-from sharestate.replay.logs import END, AsOf, partition_logs
+from sharestate.replay.logs import END, AsOf, LogSource, partition_logs
 from sharestate.replay.share_log import ShareReplay, replay_share_log
 from sharestate.tables.arrow_log import COLUMNS, ArrowLog
 from sharestate.tables.bronze import Split, read_split
@@ -148,15 +148,24 @@ def test_replay_from_bronze_rows_equals_replay_from_the_segment(path: Path) -> N
         assert _replayed(rows, as_of) == expected
 
 
+@pytest.mark.parametrize("source", ["segment", "bronze"])
 @pytest.mark.parametrize("name", ["share_txn", "share_replay_small"])
-def test_quiet_runs_gather_only_plain_data_batches(name: str,
+def test_quiet_runs_gather_only_plain_data_batches(name: str, source: str,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """Runs hold batches outside transactions without control records or findings, at
-    most about QUIET_RUN_RECORDS records each, and give the log back unchanged."""
-    monkeypatch.setattr(share_log, "QUIET_RUN_RECORDS", 40)
-    (log,) = partition_logs(discover([conformance_dir("kafka-4.4-dev") / f"{name}.log"]))
+    """A log's `items()` (segments: `quiet_runs`; bronze rows: built column-wise) holds
+    batches outside transactions without control records or findings in runs of about
+    QUIET_RUN_RECORDS records, and gives its `batches()` back unchanged."""
+    monkeypatch.setattr(segment, "QUIET_RUN_RECORDS", 40)
+    path = conformance_dir("kafka-4.4-dev") / f"{name}.log"
+    log: LogSource
+    if source == "segment":
+        (log,) = partition_logs(discover([path]))
+    else:
+        records = _bronze_records(path)
+        log = ArrowLog("__share_group_state", 0, records.to_batches(max_chunksize=300),
+                       records["dialect"][0].as_py())
     items = list(log.batches())
-    gathered = list(share_log.quiet_runs(iter(items)))
+    gathered = list(log.items())
     runs = [g for g in gathered if isinstance(g, QuietRun)]
     alone = [g for g in gathered if not isinstance(g, QuietRun)]
     assert runs

@@ -180,12 +180,13 @@ def _tagged(produce: Produce, union: StructType) -> Callable[[Iterator[pa.Record
 @dataclass(frozen=True)
 class ActiveFile:
     """One data file of a table's current version: where, its partition values (typed), its
-    row count and the column minimums its statistics hold."""
+    row count and the column minimums and maximums its statistics hold."""
 
     uri: str
     partition_values: Mapping[str, Any]
     records: int
     min_values: Mapping[str, Any]
+    max_values: Mapping[str, Any]
 
 
 def parse_schema(spark: SparkSession, schema: StructType | str) -> StructType:

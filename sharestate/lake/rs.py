@@ -185,7 +185,7 @@ class RsLake(Lake):
         root = _root(path)
         return [ActiveFile(os.path.join(root, urllib.parse.unquote(a["path"])),
                            dict(a.get("partition") or {}), int(a["num_records"] or 0),
-                           dict(a.get("min") or {}))
+                           dict(a.get("min") or {}), dict(a.get("max") or {}))
                 for a in actions]
 
     def _table(self, path: TablePath) -> DeltaTable:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import islice
+from itertools import accumulate, islice
 from typing import Any, NamedTuple
 
 from sharestate.log import (
@@ -102,6 +102,43 @@ class QuietRun(NamedTuple):
 
 LogItem = DecodedBatch | QuietRun | Finding
 """What a replay reads, in log order: a log's batches, some gathered into runs."""
+
+
+QUIET_RUN_RECORDS = 512
+"""Records gathered into one `QuietRun`, about. Small runs are faster than large ones (the
+records of a run stay in cache between decode and apply): replaying segments, 512 is 1.3x
+as fast as 65,536 and as fast as 128."""
+
+
+def quiet_runs(items: Iterator[DecodedBatch | Finding]) -> Iterator[LogItem]:
+    """`items` with each stretch of batches outside transactions, without control records
+    or findings, gathered into `QuietRun`s."""
+    batches: list[DecodedBatch] = []
+    records: list[RawRecord] = []
+    decoded: list[Any] = []
+
+    def run() -> QuietRun:
+        gathered = QuietRun([b.header for b in batches], records.copy(), decoded.copy(),
+                            list(accumulate(len(b.records) for b in batches)))
+        batches.clear()
+        records.clear()
+        decoded.clear()
+        return gathered
+
+    for item in items:
+        if isinstance(item, DecodedBatch) and item.records and not item.findings \
+                and not item.header.is_transactional and not item.header.is_control:
+            batches.append(item)
+            records.extend(item.records)
+            decoded.extend(item.decoded)
+            if len(records) >= QUIET_RUN_RECORDS:
+                yield run()
+            continue
+        if batches:
+            yield run()
+        yield item
+    if batches:
+        yield run()
 
 
 def decode_batches(segment: Segment, detection: Detection) -> Iterator[DecodedBatch | Finding]:

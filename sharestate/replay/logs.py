@@ -15,7 +15,13 @@ from typing import Protocol
 
 from sharestate.log import Finding, Segment
 from sharestate.records.detect import Detection
-from sharestate.records.segment import DecodedBatch, decode_batches, detect_segment
+from sharestate.records.segment import (
+    DecodedBatch,
+    LogItem,
+    decode_batches,
+    detect_segment,
+    quiet_runs,
+)
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,10 @@ class LogSource(Protocol):
 
     def batches(self) -> Iterator[DecodedBatch | Finding]: ...
 
+    def items(self) -> Iterator[LogItem]:
+        """`batches()` with stretches of quiet batches gathered into `QuietRun`s."""
+        ...
+
 
 @dataclass
 class PartitionLog:
@@ -95,6 +105,9 @@ class PartitionLog:
         """Every batch (or framing finding) of every segment, in log order."""
         for segment, detection in zip(self.segments, self.detections, strict=True):
             yield from decode_batches(segment, detection)
+
+    def items(self) -> Iterator[LogItem]:
+        return quiet_runs(self.batches())
 
 
 def partition_logs(segments: list[Segment], *, dialect: str | None = None,

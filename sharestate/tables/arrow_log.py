@@ -19,9 +19,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sharestate.log import BatchHeader, ControlRecord, Finding, RawRecord, parse_control
+from sharestate.records import segment
 from sharestate.records.catalog import Dialect, dialect
 from sharestate.records.keyvalue import KeyValue, decode_key_values
-from sharestate.records.segment import DecodedBatch
+from sharestate.records.segment import DecodedBatch, LogItem, QuietRun
 
 COLUMNS = ("offset", "timestamp", "key", "value", "position", "batch_base_offset",
            "batch_last_offset", "batch_size", "partition_leader_epoch", "magic", "crc_valid",
@@ -48,8 +49,16 @@ class ArrowLog:
         return (self.dialect_name,)
 
     def batches(self) -> Iterator[DecodedBatch]:
-        """The batches, each whole: the rows of a batch that the input splits across two
-        chunks are held back and joined to the next chunk."""
+        for chunk in self._chunks():
+            yield from chunk.batches()
+
+    def items(self) -> Iterator[LogItem]:
+        for chunk in self._chunks():
+            yield from chunk.items()
+
+    def _chunks(self) -> Iterator[_Chunk]:
+        """The rows as chunks of whole batches: the rows of a batch that the input splits
+        across two chunks are held back and joined to the next chunk."""
         schemas = dialect(self.dialect_name)
         carry: pa.RecordBatch | None = None
         for data in self.rows:
@@ -60,10 +69,9 @@ class ArrowLog:
             starts = _starts(data)
             carry = data.slice(int(starts[-1]))
             if len(starts) > 1:
-                yield from _chunk_batches(data.slice(0, int(starts[-1])), starts[:-1], schemas,
-                                          self.topic)
+                yield _chunk(data.slice(0, int(starts[-1])), starts[:-1], schemas, self.topic)
         if carry is not None:
-            yield from _chunk_batches(carry, _starts(carry), schemas, self.topic)
+            yield _chunk(carry, _starts(carry), schemas, self.topic)
 
 
 HEADER_DEFAULTS: dict[str, Any] = {
@@ -85,8 +93,44 @@ def _starts(data: pa.RecordBatch) -> np.ndarray:
     return np.flatnonzero(change)
 
 
-def _chunk_batches(data: pa.RecordBatch, starts: np.ndarray, schemas: Dialect, topic: str
-                   ) -> Iterator[DecodedBatch]:
+@dataclass
+class _Chunk:
+    """Consecutive whole batches: batch `i` is `headers[i]` with records (and their
+    decodings) `starts[i]` to `ends[i]`; `quiet[i]`: outside transactions, data only."""
+
+    headers: list[BatchHeader]
+    records: list[RawRecord]
+    decoded: list[KeyValue | ControlRecord | Finding]
+    starts: np.ndarray
+    ends: np.ndarray
+    quiet: np.ndarray
+
+    def batches(self) -> Iterator[DecodedBatch]:
+        records, decoded = self.records, self.decoded
+        for header, s, e in zip(self.headers, self.starts.tolist(), self.ends.tolist(),
+                                strict=True):
+            yield DecodedBatch(header, records[s:e], decoded[s:e], [])
+
+    def items(self) -> Iterator[LogItem]:
+        """The batches, each stretch of quiet ones gathered into `QuietRun`s that end where
+        the record count passes a multiple of `QUIET_RUN_RECORDS` (found column-wise)."""
+        starts, ends, quiet = self.starts, self.ends, self.quiet
+        new = np.ones(len(starts), dtype=bool)
+        window = starts // segment.QUIET_RUN_RECORDS
+        new[1:] = ~quiet[1:] | ~quiet[:-1] | (window[1:] != window[:-1])
+        firsts = np.flatnonzero(new)
+        lasts = np.append(firsts[1:], len(starts))
+        headers, records, decoded = self.headers, self.records, self.decoded
+        for a, b in zip(firsts.tolist(), lasts.tolist(), strict=True):
+            s, e = int(starts[a]), int(ends[b - 1])
+            if quiet[a]:
+                yield QuietRun(headers[a:b], records[s:e], decoded[s:e],
+                               (ends[a:b] - s).tolist())
+            else:
+                yield DecodedBatch(headers[a], records[s:e], decoded[s:e], [])
+
+
+def _chunk(data: pa.RecordBatch, starts: np.ndarray, schemas: Dialect, topic: str) -> _Chunk:
     """The batches of one chunk of rows (beginning at `starts`), headers and records built
     column-wise."""
     n = data.num_rows
@@ -122,17 +166,24 @@ def _chunk_batches(data: pa.RecordBatch, starts: np.ndarray, schemas: Dialect, t
     records = list(map(RawRecord, offsets.to_pylist(), timestamps.to_pylist(), repeat(-1, n),
                        data.column("key").to_pylist(), data.column("value").to_pylist(),
                        repeat((), n)))
-    bounds = list(zip(starts.tolist(), ends.tolist(), strict=True))
-    controls = [header.is_control for header in headers]
+    control = _flags(data, "is_control", take)
     items: list[KeyValue | ControlRecord | Finding]
-    if any(controls):
+    if control.any():
+        bounds = list(zip(starts.tolist(), ends.tolist(), strict=True))
         decoded = iter(decode_key_values(schemas, topic, [
-            r for control, (s, e) in zip(controls, bounds, strict=True) if not control
-            for r in records[s:e]]))
+            r for is_control, (s, e) in zip(control.tolist(), bounds, strict=True)
+            if not is_control for r in records[s:e]]))
         items = [item for header, (s, e) in zip(headers, bounds, strict=True) for item in (
             [parse_control(r, header) for r in records[s:e]] if header.is_control
             else [next(decoded) for _ in range(s, e)])]
     else:
         items = list(decode_key_values(schemas, topic, records))
-    for header, (s, e) in zip(headers, bounds, strict=True):
-        yield DecodedBatch(header, records[s:e], items[s:e], [])
+    quiet = ~(_flags(data, "is_transactional", take) | control)
+    return _Chunk(headers, records, items, starts, ends, quiet)
+
+
+def _flags(data: pa.RecordBatch, name: str, take: pa.Array) -> np.ndarray:
+    """A boolean header column at each batch's first row (null: false)."""
+    flags: np.ndarray = data.column(name).take(take).fill_null(False).to_numpy(
+        zero_copy_only=False)
+    return flags
