@@ -120,6 +120,21 @@ def test_writer_gathers_small_batches_into_row_groups(tmp_path: Path,
     assert json.loads(DataFile.from_row(row).stats)["numRecords"] == 27
 
 
+def test_writer_dictionary_encodes_strings_only(tmp_path: Path) -> None:
+    """Strings (names, ids) repeat and are dictionary-encoded; numbers and bytes are not."""
+    batch = pa.RecordBatch.from_pydict({
+        "name": ["g1", "g2", "g1"] * 100, "offset": list(range(300)),
+        "raw": [bytes([i % 256, i // 256]) for i in range(300)]})
+    (row,) = pa.Table.from_batches(list(write_data_files(
+        iter([batch]), root=str(tmp_path), partition_by=[], not_null=[]))).to_pylist()
+    meta = pq.ParquetFile(tmp_path / DataFile.from_row(row).path).metadata.row_group(0)
+    encodings = {meta.column(i).path_in_schema: meta.column(i).encodings
+                 for i in range(meta.num_columns)}
+    assert "RLE_DICTIONARY" in encodings["name"]
+    assert "RLE_DICTIONARY" not in encodings["offset"]
+    assert "RLE_DICTIONARY" not in encodings["raw"]
+
+
 def test_writer_refuses_nulls_and_cleans_up(tmp_path: Path) -> None:
     batches = [_batch(["a"], [1]), _batch(["a"], [None])]
     with pytest.raises(ValueError, match="'offset' is NOT NULL"):

@@ -53,6 +53,13 @@ ROW_GROUP_ROWS = 65_536
 """Rows per Parquet row group: producers may hand over smaller batches."""
 
 
+def _dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The columns worth dictionary-encoding: the strings (ids, names, kinds repeat). Offsets,
+    timestamps and record bytes hardly repeat; encoding them plainly writes a third faster
+    and the files come out smaller."""
+    return [field.name for field in schema if pa.types.is_string(field.type)]
+
+
 class _OpenFile:
     def __init__(self, root: str, values: dict[str, str | None], schema: pa.Schema) -> None:
         folder = partition_folder(values)
@@ -61,7 +68,8 @@ class _OpenFile:
         self.values = values
         os.makedirs(os.path.join(root, folder), exist_ok=True)
         self.writer = pq.ParquetWriter(os.path.join(root, self.path), schema,
-                                       compression="snappy", coerce_timestamps="us")
+                                       compression="snappy", coerce_timestamps="us",
+                                       use_dictionary=_dictionary_columns(schema))
         self.stats = FileStats(schema)
         self.pending: list[pa.RecordBatch] = []
         self.pending_rows = 0
@@ -92,6 +100,9 @@ def _groups(batch: pa.RecordBatch, partition_by: Sequence[str]
     if not partition_by:
         yield {}, data
         return
+    if (only := _constant(batch, partition_by)) is not None:  # the usual case: one value
+        yield only, data
+        return
     keys = pa.Table.from_batches([batch.select(list(partition_by))])
     for key in keys.group_by(list(partition_by), use_threads=False).aggregate([]).to_pylist():
         mask = None
@@ -100,6 +111,23 @@ def _groups(batch: pa.RecordBatch, partition_by: Sequence[str]
                 else pc.equal(batch.column(column), value)
             mask = test if mask is None else pc.and_(mask, test)
         yield {c: partition_string(key[c]) for c in partition_by}, data.filter(mask)
+
+
+def _constant(batch: pa.RecordBatch, columns: Sequence[str]) -> dict[str, str | None] | None:
+    """The partition strings of `columns` when every row of `batch` has the same values."""
+    values: dict[str, str | None] = {}
+    for column in columns:
+        array = batch.column(column)
+        if array.null_count:
+            if array.null_count < len(array):
+                return None
+            values[column] = partition_string(None)
+            continue
+        bounds = pc.min_max(array)
+        if bounds["min"] != bounds["max"]:
+            return None
+        values[column] = partition_string(bounds["min"].as_py())
+    return values
 
 
 class TableFiles:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sharestate.log import (
     Batch,
@@ -191,48 +192,62 @@ class _Chunk:
         return Staged(self._rows(constant, **per_row), self.decoded)
 
     def _rows(self, constant: dict[str, Any], **per_row: list[Any]) -> pa.RecordBatch:
-        """The gathered rows as one staging record batch."""
+        """The gathered rows as one staging record batch (built column-wise: the record
+        rows first, then the findings that are not records)."""
         n_rec = len(self.records)
         extra = self.extra
-        columns: dict[str, Any] = {}
-        offsets, timestamps, keys, values = transpose(self.records, _RECORD_PATHS)
-        names = self.names
-        findings = self.row_findings
-        kinds: list[Any] = [None] * n_rec
-        messages: list[Any] = [None] * n_rec
-        raws: list[Any] = [None] * n_rec
-        for i, (kind, message, raw) in findings.items():
-            kinds[i], messages[i], raws[i] = kind, message, raw
-        controls: list[Any] = [None] * n_rec
-        epochs: list[Any] = [None] * n_rec
-        for i, (control, epoch) in self.controls.items():
-            controls[i], epochs[i] = control, epoch
-        record_part = {
-            "offset": offsets, "timestamp": timestamps, "key": keys, "value": values,
-            "record_type_id": self.type_ids,
-            "record_type": [names.get(t) if t is not None else None for t in self.type_ids],
-            "value_version": self.versions, "control_type": controls,
-            "coordinator_epoch": epochs, "row_kind": ["record"] * n_rec,
-            "finding_kind": kinds, "finding_message": messages, "raw": raws,
-            "raw_length": [None if r is None else len(r) for r in raws]}
-        index = pa.array(self.batch_index, pa.int32())
-        for name, position in _HEADER_COLUMNS:
-            per_batch = pa.array([None if h is None else h[position] for h in self.headers],
-                                 STAGING.field(name).type)
-            columns[name] = pa.concat_arrays([
-                per_batch.take(index),
-                pa.array([row.get(name) for row in extra], STAGING.field(name).type)])
-        if self.timestamp_types is not None:
-            columns["timestamp_type"] = pa.array(self.timestamp_types + [
-                row.get("timestamp_type") for row in extra], pa.string())
-        for name, part in record_part.items():
-            columns[name] = part + [row.get(name) for row in extra]
-        columns["decode_status"] = [k or "ok" for k in columns["finding_kind"]]
         size = n_rec + len(extra)
+        offsets, timestamps, keys, values = transpose(self.records, _RECORD_PATHS)
+        type_ids = pa.array(self.type_ids, STAGING.field("record_type_id").type)
+        names = self.names
+        records: dict[str, Any] = {
+            "offset": offsets, "timestamp": timestamps, "key": keys, "value": values,
+            "record_type_id": type_ids,
+            "record_type": pa.array(list(names.values()), pa.string()).take(
+                pc.index_in(type_ids, value_set=pa.array(list(names), type_ids.type))),
+            "value_version": self.versions, "row_kind": pa.repeat("record", n_rec)}
+        for name, rows in (("finding_kind", self.row_findings), ("control_type", self.controls)):
+            if not rows:
+                records[name] = pa.nulls(n_rec, STAGING.field(name).type)
+        if self.row_findings:
+            kinds: list[Any] = [None] * n_rec
+            messages: list[Any] = [None] * n_rec
+            raws: list[Any] = [None] * n_rec
+            for i, (kind, message, raw) in self.row_findings.items():
+                kinds[i], messages[i], raws[i] = kind, message, raw
+            records.update(finding_kind=kinds, finding_message=messages, raw=raws,
+                           raw_length=[None if r is None else len(r) for r in raws])
+        if self.controls:
+            controls: list[Any] = [None] * n_rec
+            epochs: list[Any] = [None] * n_rec
+            for i, (control, epoch) in self.controls.items():
+                controls[i], epochs[i] = control, epoch
+            records.update(control_type=controls, coordinator_epoch=epochs)
+        index = pa.array(self.batch_index, pa.int32())
+        per_batch = transpose(self.headers, tuple((position,) for _, position in _HEADER_COLUMNS))
+        for (name, _), column in zip(_HEADER_COLUMNS, per_batch, strict=True):
+            records[name] = pa.array(column, STAGING.field(name).type).take(index)
+        if self.timestamp_types is not None:
+            records["timestamp_type"] = self.timestamp_types
+        columns: dict[str, pa.Array] = {}
+        for field in STAGING:
+            if field.name in constant or field.name in per_row:
+                continue
+            part = records.get(field.name)
+            if part is None:
+                part = pa.nulls(n_rec, field.type)
+            elif not isinstance(part, pa.Array):
+                part = pa.array(part, field.type)
+            if extra:
+                part = pa.concat_arrays([part, pa.array([row.get(field.name) for row in extra],
+                                                        field.type)])
+            columns[field.name] = part
+        columns["decode_status"] = pc.coalesce(columns["finding_kind"], "ok")
         for name, value in constant.items():
-            columns[name] = [value] * size
-        columns.update(per_row)
-        return pa.RecordBatch.from_pydict(columns, schema=STAGING)
+            columns[name] = pa.repeat(pa.scalar(value, STAGING.field(name).type), size)
+        columns.update({name: pa.array(value, STAGING.field(name).type)
+                        for name, value in per_row.items()})
+        return pa.RecordBatch.from_arrays([columns[f.name] for f in STAGING], schema=STAGING)
 
 
 def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
@@ -256,6 +271,7 @@ def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
         clean.clear()
         records.clear()
 
+    staged = 0  # rows in `chunk` (the clean records are not in it yet)
     with segment.open() as stream:
         for item in read_batches(stream, start_position=split.start, end_position=split.end):
             if not (isinstance(item, Finding) or item.header.is_control or item.findings):
@@ -271,11 +287,13 @@ def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
                         [parse_control(r, item.header) for r in item.records]
                         if item.header.is_control
                         else decode_key_values(schemas, detection.topic, item.records)))
-            if chunk.size + len(records) >= rows_per_batch:
+                staged = chunk.size
+            if staged + len(records) >= rows_per_batch:
                 if clean:
                     add_clean()
                 yield chunk.staged(constant)
                 chunk = _Chunk(names)
+                staged = 0
     if clean:
         add_clean()
     if chunk.size:

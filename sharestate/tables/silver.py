@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from sharestate.coordinator.share_state import native_value_slots
@@ -19,7 +20,7 @@ from sharestate.records.catalog import dialect
 from sharestate.records.keyvalue import KeyValue, decode_key_values
 from sharestate.records.render import to_json
 from sharestate.replay.views import has_delivery_complete_count
-from sharestate.tables.columns import state_batches_array, transpose
+from sharestate.tables.columns import BATCHES, state_batches_array, transpose
 from sharestate.tables.spec import table
 
 SHARE_STATE_SCHEMA = table("share_state_records").arrow_schema()
@@ -65,30 +66,7 @@ def share_state_rows(rows: pa.RecordBatch,
         and kv.key is not None else None for kv in decoded]
     group, topic_id, partition, kinds, versions, values = transpose(
         ok, ((2, 0), (2, 1), (2, 2), (1,), (3,), (4,)))
-    out: dict[str, Any] = {name: [None] * n for name in _VALUE_FIELDS}
-    by_layout: dict[tuple[int, int], list[int]] = {}  # (id(kind), version) -> rows
-    for i, (kind, version, value) in enumerate(zip(kinds, versions, values, strict=True)):
-        if value is not None:
-            by_layout.setdefault((id(kind), version), []).append(i)
-    dialects = rows.column("dialect")
-    batch_values: list[Any] = [None] * n
-    for index in by_layout.values():
-        layout = kinds[index[0]].value_layout(versions[index[0]])
-        if layout is None:
-            continue
-        slots = native_value_slots(layout)
-        dcc = has_delivery_complete_count(dialects[index[0]].as_py())
-        present = [(name, slot) for name, slot in zip(_VALUE_FIELDS, slots[1:8], strict=True)
-                   if slot >= 0 and (dcc or name != "delivery_complete_count")]
-        picked = transpose([values[i] for i in index],
-                           (*((slot,) for _, slot in present), (slots[8],)))
-        for (name, _), column in zip(present, picked[:-1], strict=True):
-            target = out[name]
-            for i, v in zip(index, column, strict=True):
-                target[i] = v
-        for i, v in zip(index, picked[-1], strict=True):
-            batch_values[i] = (v,)
-    out["state_batches"] = state_batches_array(batch_values, 0)
+    out: dict[str, Any] = _value_columns(kinds, versions, values, rows.column("dialect"))
     out.update({
         "state_topic": pa.array(["__share_group_state"] * n, pa.string()),
         "state_partition": rows.column("partition"), "segment": rows.column("segment"),
@@ -99,9 +77,49 @@ def share_state_rows(rows: pa.RecordBatch,
         "is_control": rows.column("is_control").fill_null(False),
         "control_type": rows.column("control_type"), "producer_id": rows.column("producer_id"),
         "is_transactional": rows.column("is_transactional"), "group_id": group,
-        "topic_id": topic_id, "partition": partition, "dialect": dialects,
+        "topic_id": topic_id, "partition": partition, "dialect": rows.column("dialect"),
         "decode_status": rows.column("decode_status")})
     return pa.RecordBatch.from_pydict(out, schema=SHARE_STATE_SCHEMA)
+
+
+def _value_columns(kinds: list[Any], versions: list[Any], values: list[Any],
+                   dialects: pa.Array) -> dict[str, pa.Array]:
+    """The value fields (`_VALUE_FIELDS`, `state_batches`) of each row's decoded value.
+
+    Where a field sits in a value depends on its layout (record kind and version), so the
+    rows are ordered by layout, each layout's rows are transposed at once, and the columns
+    are put back in row order: no Python loop per row."""
+    n = len(values)
+    pairs = list(zip(map(id, kinds), versions, strict=True))
+    layouts = {pair: code for code, pair in enumerate(dict.fromkeys(pairs))}
+    codes = np.fromiter(map(layouts.__getitem__, pairs), np.int64, n)
+    order = np.argsort(codes, kind="stable")
+    ordered = [values[i] for i in order.tolist()] if len(layouts) > 1 else values
+    bounds = np.searchsorted(codes[order], np.arange(len(layouts) + 1))
+    pieces: dict[str, list[pa.Array]] = {name: [] for name in (*_VALUE_FIELDS, "state_batches")}
+    for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        part = ordered[start:end]
+        first = int(order[start])
+        kind, version = kinds[first], versions[first]
+        layout = kind.value_layout(version) if kind is not None and version is not None \
+            else None
+        slots = native_value_slots(layout) if layout is not None else (-1,) * 9
+        dcc = has_delivery_complete_count(dialects[first].as_py())
+        present = [(name, slot) for name, slot in zip(_VALUE_FIELDS, slots[1:8], strict=True)
+                   if slot >= 0 and (dcc or name != "delivery_complete_count")]
+        picked = dict(zip([name for name, _ in present],
+                          transpose(part, tuple((slot,) for _, slot in present)), strict=True))
+        for name in _VALUE_FIELDS:
+            kind_of = SHARE_STATE_SCHEMA.field(name).type
+            pieces[name].append(pa.array(picked[name], kind_of) if name in picked
+                                else pa.nulls(len(part), kind_of))
+        pieces["state_batches"].append(state_batches_array(part, slots[8]) if slots[8] >= 0
+                                       else pa.nulls(len(part), BATCHES))
+    columns = {name: pa.concat_arrays(chunks) for name, chunks in pieces.items()}
+    if len(layouts) > 1:
+        back = pa.array(np.argsort(order, kind="stable"))
+        columns = {name: column.take(back) for name, column in columns.items()}
+    return columns
 
 
 _COMMIT_FIELDS = {"committed_offset": "offset", "leader_epoch": "leader_epoch",

@@ -73,9 +73,14 @@ def _silver(batch: pa.RecordBatch, decoded: list[KeyValue | None] | None = None
             ) -> Iterator[Rows]:
     """The silver rows of bronze rows (`decoded`: their decodings, when at hand)."""
     topics = batch.column("topic")
+    bounds = pc.min_max(topics)
     for topic, name, convert in (
             (SHARE_STATE_TOPIC, "share_state_records", share_state_rows),
             (CONSUMER_OFFSETS_TOPIC, "group_records", group_rows)):
+        if bounds["min"].as_py() == bounds["max"].as_py() and not topics.null_count:
+            if bounds["min"].as_py() == topic:  # the usual case: rows of one topic
+                yield name, convert(batch, decoded)
+            continue
         mask = pc.equal(topics, topic)
         part = batch.filter(mask)
         if part.num_rows:
