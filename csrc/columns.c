@@ -85,6 +85,39 @@ done:
     return result;
 }
 
+/* The indexes of one path (a tuple of at most 8 ints) into `idx`; its depth, -1 on error. */
+static Py_ssize_t read_path(PyObject *path, Py_ssize_t *idx) {
+    if (!PyTuple_Check(path)) {
+        PyErr_SetString(PyExc_TypeError, "a path is a tuple of indexes");
+        return -1;
+    }
+    Py_ssize_t depth = PyTuple_GET_SIZE(path);
+    if (depth > 8) { PyErr_SetString(PyExc_ValueError, "path too deep"); return -1; }
+    for (Py_ssize_t d = 0; d < depth; d++) idx[d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(path, d));
+    return PyErr_Occurred() ? -1 : depth;
+}
+
+/* row[idx[0]][idx[1]]... as a new reference: None where a None is met on the way, NULL with
+ * an error set when the path does not fit. */
+static PyObject *follow(PyObject *row, const Py_ssize_t *idx, Py_ssize_t depth) {
+    PyObject *v = Py_NewRef(row);
+    for (Py_ssize_t d = 0; d < depth && v != Py_None; d++) {
+        PyObject *next;
+        if (Py_IS_TYPE(v, &NativeRecordType) && idx[d] >= 0 && idx[d] < 6) {
+            next = native_record_field(v, idx[d]);
+        } else if (PyTuple_Check(v) && idx[d] >= 0 && idx[d] < PyTuple_GET_SIZE(v)) {
+            next = Py_NewRef(PyTuple_GET_ITEM(v, idx[d]));
+        } else {
+            PyErr_SetString(PyExc_IndexError, "path does not fit a row");
+            next = NULL;
+        }
+        Py_DECREF(v);
+        if (!next) return NULL;
+        v = next;
+    }
+    return v;
+}
+
 /* transpose(rows, paths) -> [column list per path]
  * Each path is a tuple of item indexes followed down from the row (row[i][j]...); a None met
  * on the way gives None. The pure-Python twin is sharestate/tables/columns.py
@@ -100,42 +133,87 @@ PyObject *native_transpose(PyObject *self, PyObject *const *args, Py_ssize_t nar
     PyObject *out = PyList_New(k);
     if (!out) return NULL;
     for (Py_ssize_t c = 0; c < k; c++) {
-        PyObject *path = PyTuple_GET_ITEM(paths, c);
-        if (!PyTuple_Check(path)) {
-            PyErr_SetString(PyExc_TypeError, "a path is a tuple of indexes");
-            Py_DECREF(out);
-            return NULL;
-        }
-        Py_ssize_t depth = PyTuple_GET_SIZE(path);
         Py_ssize_t idx[8];
-        if (depth > 8) { PyErr_SetString(PyExc_ValueError, "path too deep"); Py_DECREF(out); return NULL; }
-        for (Py_ssize_t d = 0; d < depth; d++) idx[d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(path, d));
-        if (PyErr_Occurred()) { Py_DECREF(out); return NULL; }
-        PyObject *column = PyList_New(n);
+        Py_ssize_t depth = read_path(PyTuple_GET_ITEM(paths, c), idx);
+        PyObject *column = depth < 0 ? NULL : PyList_New(n);
         if (!column) { Py_DECREF(out); return NULL; }
         for (Py_ssize_t r = 0; r < n; r++) {
-            PyObject *v = Py_NewRef(PyList_GET_ITEM(rows, r));
-            for (Py_ssize_t d = 0; d < depth && v != Py_None; d++) {
-                PyObject *next;
-                if (Py_IS_TYPE(v, &NativeRecordType) && idx[d] >= 0 && idx[d] < 6) {
-                    next = native_record_field(v, idx[d]);
-                } else if (PyTuple_Check(v) && idx[d] >= 0 && idx[d] < PyTuple_GET_SIZE(v)) {
-                    next = Py_NewRef(PyTuple_GET_ITEM(v, idx[d]));
-                } else {
-                    PyErr_SetString(PyExc_IndexError, "path does not fit a row");
-                    next = NULL;
-                }
-                Py_DECREF(v);
-                if (!next) {
-                    Py_DECREF(column);
-                    Py_DECREF(out);
-                    return NULL;
-                }
-                v = next;
-            }
+            PyObject *v = follow(PyList_GET_ITEM(rows, r), idx, depth);
+            if (!v) { Py_DECREF(column); Py_DECREF(out); return NULL; }
             PyList_SET_ITEM(column, r, v);
         }
         PyList_SET_ITEM(out, c, column);
+    }
+    return out;
+}
+
+/* int_columns(rows, paths, widths) -> [(data, validity or None) per path]
+ * `transpose` for integer columns, as Arrow buffers: `widths[c]` is 4 or 8 bytes per value,
+ * `data` little-endian (0 where null), `validity` a bitmap (bit i set: row i has a value),
+ * None when no row is null. The pure-Python twin is `int_columns_py` in columns.py. */
+PyObject *native_int_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3 || !PyList_Check(args[0]) || !PyTuple_Check(args[1]) || !PyTuple_Check(args[2])
+        || PyTuple_GET_SIZE(args[1]) != PyTuple_GET_SIZE(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "int_columns(list of rows, tuple of paths, tuple of widths)");
+        return NULL;
+    }
+    PyObject *rows = args[0], *paths = args[1], *widths = args[2];
+    Py_ssize_t n = PyList_GET_SIZE(rows), k = PyTuple_GET_SIZE(paths);
+    PyObject *out = PyList_New(k);
+    if (!out) return NULL;
+    for (Py_ssize_t c = 0; c < k; c++) {
+        Py_ssize_t idx[8];
+        Py_ssize_t depth = read_path(PyTuple_GET_ITEM(paths, c), idx);
+        Py_ssize_t width = depth < 0 ? -1 : PyLong_AsSsize_t(PyTuple_GET_ITEM(widths, c));
+        if (width != 4 && width != 8) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a width is 4 or 8");
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *data = PyBytes_FromStringAndSize(NULL, n * width);
+        PyObject *valid = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+        if (!data || !valid) goto fail_column;
+        char *bytes = PyBytes_AS_STRING(data);
+        unsigned char *bits = (unsigned char *)PyBytes_AS_STRING(valid);
+        memset(bits, 0, (size_t)((n + 7) / 8));
+        Py_ssize_t nulls = 0;
+        for (Py_ssize_t r = 0; r < n; r++) {
+            PyObject *v = follow(PyList_GET_ITEM(rows, r), idx, depth);
+            if (!v) goto fail_column;
+            long long x = 0;
+            if (v == Py_None) {
+                nulls++;
+            } else {
+                x = PyLong_AsLongLong(v);
+                if (x == -1 && PyErr_Occurred()) { Py_DECREF(v); goto fail_column; }
+                if (width == 4 && (x < INT32_MIN || x > INT32_MAX)) {
+                    PyErr_SetString(PyExc_OverflowError, "value out of int32 range");
+                    Py_DECREF(v);
+                    goto fail_column;
+                }
+                bits[r >> 3] |= (unsigned char)(1u << (r & 7));
+            }
+            Py_DECREF(v);
+            if (width == 4) {
+                int32_t y = (int32_t)x;
+                memcpy(bytes + r * 4, &y, 4);
+            } else {
+                int64_t y = (int64_t)x;
+                memcpy(bytes + r * 8, &y, 8);
+            }
+        }
+        PyObject *pair = PyTuple_Pack(2, data, nulls ? valid : Py_None);
+        Py_DECREF(data);
+        Py_DECREF(valid);
+        if (!pair) { Py_DECREF(out); return NULL; }
+        PyList_SET_ITEM(out, c, pair);
+        continue;
+    fail_column:
+        Py_XDECREF(data);
+        Py_XDECREF(valid);
+        Py_DECREF(out);
+        return NULL;
     }
     return out;
 }

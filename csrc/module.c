@@ -65,6 +65,8 @@ static PyMethodDef methods[] = {
      "flatten_batches(states, item=7) -> (offsets, first, last, state, count, valid) buffers"},
     {"transpose", (PyCFunction)(void (*)(void))native_transpose, METH_FASTCALL,
      "transpose(rows, paths) -> one list per index path"},
+    {"int_columns", (PyCFunction)(void (*)(void))native_int_columns, METH_FASTCALL,
+     "int_columns(rows, paths, widths) -> (data, validity bitmap or None) per path"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from conftest import conformance_dir
 from hypothesis import HealthCheck, given, settings
@@ -21,6 +22,7 @@ from sharestate.records import catalog
 from sharestate.records.codec import DecodeError, read_struct, read_struct_py
 from sharestate.records.keyvalue import decode_key_values
 from sharestate.records.spec import StructLayout
+from sharestate.tables.columns import int_columns, int_columns_py, transpose, transpose_py
 
 pytestmark = pytest.mark.skipif(native.module is None, reason="sharestate._native is not built")
 
@@ -253,3 +255,28 @@ def test_native_audit_matches_python_on_generated_histories(records: list[Any]) 
         raw = RawRecord(offset, 1000 + offset, -1, b"", b"", ())
         batches.append(DecodedBatch(header, [raw], [decoded], []))
     assert _audit(batches, ("4.1",)) == _audit(batches, None)
+
+
+_CELL = st.one_of(st.none(), st.integers(-(2**31), 2**31 - 1))
+_ROW = st.one_of(st.none(), st.tuples(_CELL, st.one_of(st.none(), st.tuples(_CELL, _CELL)),
+                                      _CELL))
+_PATHS = ((0,), (1, 0), (1, 1), (2,))
+
+
+@settings(deadline=None)
+@given(st.lists(_ROW, max_size=40), st.sampled_from([pa.int32(), pa.int64()]))
+def test_native_int_columns_match_python(rows: list[Any], kind: pa.DataType) -> None:
+    """Integer columns straight to Arrow buffers equal the Python twin (nulls included)."""
+    types = (kind,) * len(_PATHS)
+    assert int_columns(rows, _PATHS, types) == int_columns_py(rows, _PATHS, types)
+    assert [c.to_pylist() for c in int_columns(rows, _PATHS, types)] == \
+        transpose(rows, _PATHS) == transpose_py(rows, _PATHS)
+
+
+def test_native_int_columns_refuse_what_the_type_cannot_hold() -> None:
+    with pytest.raises(OverflowError):
+        int_columns([(2**31,)], ((0,),), (pa.int32(),))
+    with pytest.raises(TypeError):
+        int_columns([("7",)], ((0,),), (pa.int64(),))
+    with pytest.raises(IndexError):
+        int_columns([(1,)], ((1,),), (pa.int64(),))

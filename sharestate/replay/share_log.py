@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
+from operator import attrgetter, sub
 from typing import Any
 
 from sharestate import native
@@ -74,6 +75,10 @@ class PruneLedger:
 
     def add(self, last_offset: int, records: int, size: int) -> None:
         self.above.append((last_offset, records, size))
+
+    def extend(self, batches: Iterable[tuple[int, int, int]]) -> None:
+        """`add` for consecutive batches: (last offset, records, bytes) each."""
+        self.above.extend(batches)
 
     def advance(self, prune_offset: int | None) -> None:
         if prune_offset is None:
@@ -259,15 +264,18 @@ class ShareReplay:
             result.last_applied_offset = last_offset
             result.last_applied_timestamp = last_timestamp
         result.records += applied
+        sizes = list(map(_SIZE, headers))
+        result.bytes += sum(sizes)
         ledger = result.ledger
-        start = 0
-        for header, end in zip(headers, run.ends, strict=True):
-            result.bytes += header.size_in_bytes
-            ledger.add(header.last_offset, end - start, header.size_in_bytes)
-            start = end
+        ledger.extend(zip(map(_LAST_OFFSET, headers), map(sub, run.ends, [0, *run.ends[:-1]]),
+                          sizes, strict=True))
         result.log_end_offset = headers[-1].last_offset + 1
         ledger.advance(result.shard.last_redundant_offset())
         return entries
+
+
+_SIZE = attrgetter("size_in_bytes")
+_LAST_OFFSET = attrgetter("last_offset")
 
 
 class _Applier:

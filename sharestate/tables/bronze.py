@@ -33,7 +33,7 @@ from sharestate.records.catalog import dialect
 from sharestate.records.detect import SAMPLE_RECORDS, Detection, detect
 from sharestate.records.keyvalue import KeyValue, decode_key_values
 from sharestate.records.segment import detect_segment
-from sharestate.tables.columns import transpose
+from sharestate.tables.columns import int_columns, transpose
 from sharestate.tables.spec import table
 
 ROWS_PER_BATCH = 8_192
@@ -67,9 +67,8 @@ class Staged(NamedTuple):
     rows: pa.RecordBatch
     decoded: list[KeyValue | None]
 
-# RawRecord items (offset, timestamp, key, value) and BatchHeader items, by position.
-_RECORD_PATHS = ((0,), (1,), (3,), (4,))
 _DECODED_PATHS = ((0,), (3,), (5,))  # KeyValue: type id, value version, error
+# BatchHeader items, by position.
 _HEADER_COLUMNS = (("position", 0), ("batch_base_offset", 1), ("batch_last_offset", 2),
                    ("batch_size", 3), ("partition_leader_epoch", 4), ("magic", 5),
                    ("crc_valid", 7), ("compression", 8), ("timestamp_type", 9),
@@ -197,7 +196,8 @@ class _Chunk:
         n_rec = len(self.records)
         extra = self.extra
         size = n_rec + len(extra)
-        offsets, timestamps, keys, values = transpose(self.records, _RECORD_PATHS)
+        offsets, timestamps = int_columns(self.records, ((0,), (1,)), (pa.int64(), pa.int64()))
+        keys, values = transpose(self.records, ((3,), (4,)))
         type_ids = pa.array(self.type_ids, STAGING.field("record_type_id").type)
         names = self.names
         records: dict[str, Any] = {

@@ -62,3 +62,23 @@ def transpose_py(rows: list[Any], paths: tuple[Path, ...]) -> list[list[Any]]:
         return row
 
     return [[follow(row, path) for row in rows] for path in paths]
+
+
+def int_columns(rows: list[Any], paths: tuple[Path, ...],
+                types: tuple[pa.DataType, ...]) -> list[pa.Array]:
+    """`transpose` for integer columns, as Arrow arrays of `types` (int32 / int64; a None
+    met on the way is a null); in C without a Python object per value."""
+    if native.module is None:
+        return int_columns_py(rows, paths, types)
+    n = len(rows)
+    buffers = native.module.int_columns(rows, paths, tuple(t.bit_width // 8 for t in types))
+    return [pa.Array.from_buffers(t, n, [None if valid is None else pa.py_buffer(valid),
+                                         pa.py_buffer(data)])
+            for (data, valid), t in zip(buffers, types, strict=True)]
+
+
+def int_columns_py(rows: list[Any], paths: tuple[Path, ...],
+                   types: tuple[pa.DataType, ...]) -> list[pa.Array]:
+    """The pure-Python `int_columns`."""
+    return [pa.array(column, t) for column, t in zip(transpose_py(rows, paths), types,
+                                                     strict=True)]

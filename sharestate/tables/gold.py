@@ -19,7 +19,7 @@ from sharestate.analytics.context import StateContext
 from sharestate.coordinator.share_state import ShareKey, SharePartitionState, StateBatch
 from sharestate.replay.share_log import HistoryEntry, ShareLogResult
 from sharestate.replay.views import has_delivery_complete_count
-from sharestate.tables.columns import state_batches_array, transpose
+from sharestate.tables.columns import int_columns, state_batches_array, transpose
 from sharestate.tables.spec import table
 
 SNAPSHOT, UPDATE, TOMBSTONE = "ShareSnapshot", "ShareUpdate", "Tombstone"
@@ -50,44 +50,37 @@ def _key_columns(keys: Sequence[ShareKey]) -> dict[str, list[Any]]:
 
 
 
-_HISTORY_PATHS = (
-    (2, 0), (2, 1), (2, 2),  # key
-    (0,), (1,),  # record offset, timestamp
-    (3, 0), (3, 1), (3, 2), (3, 3), (3, 4), (3, 5), (3, 6),  # state fields
-    (7,), (4,), (5,), (6,),  # last snapshot offset, max epochs, update count
-)
+_HISTORY_INTS = {  # column: path in a HistoryEntry
+    "partition": (2, 2), "record_offset": (0,), "timestamp": (1,),
+    "snapshot_epoch": (3, 0), "state_epoch": (3, 1), "leader_epoch": (3, 2),
+    "start_offset": (3, 3), "delivery_complete_count": (3, 4), "create_timestamp": (3, 5),
+    "write_timestamp": (3, 6), "last_snapshot_offset": (7,), "max_leader_epoch": (4,),
+    "max_state_epoch": (5,), "snapshot_update_count": (6,)}
 
 
 def history_batch(entries: list[HistoryEntry], state_topic: str, state_partition: int,
                   dialect: str) -> pa.RecordBatch:
     """`share_partition_state_history` rows for replay history entries (one row each)."""
     n = len(entries)
-    (group, topic_id, partition, offsets, timestamps, snapshot_epoch, state_epoch, leader_epoch,
-     start_offset, dcc, created, written, last_snapshot, max_leader, max_state,
-     count) = transpose(entries, _HISTORY_PATHS)
-    states = transpose(entries, ((3,),))[0]
+    group, topic_id, states = transpose(entries, ((2, 0), (2, 1), (3,)))
+    names = [name for name in _HISTORY_INTS
+             if name != "delivery_complete_count" or has_delivery_complete_count(dialect)]
+    columns: dict[str, Any] = dict(zip(names, int_columns(
+        entries, tuple(_HISTORY_INTS[name] for name in names),
+        tuple(HISTORY_SCHEMA.field(name).type for name in names)), strict=True))
     deleted = pa.array([s is None for s in states], pa.bool_())
-    offsets_array = pa.array(offsets, pa.int64())
-    snapshots = pa.compute.equal(pa.array(last_snapshot, pa.int64()), offsets_array)
-    kinds = pa.compute.if_else(deleted, TOMBSTONE,
-                               pa.compute.if_else(pa.compute.fill_null(snapshots, False),
-                                                  SNAPSHOT, UPDATE))
-    columns = {
-        "state_topic": pa.array([state_topic] * n, pa.string()),
-        "state_partition": pa.array([state_partition] * n, pa.int32()),
-        "group_id": group, "topic_id": topic_id, "partition": partition,
-        "record_offset": offsets_array, "timestamp": timestamps,
-        "record_type": kinds, "deleted": deleted,
-        "snapshot_epoch": snapshot_epoch, "state_epoch": state_epoch,
-        "leader_epoch": leader_epoch, "start_offset": start_offset,
-        "delivery_complete_count": dcc if has_delivery_complete_count(dialect) else [None] * n,
-        "create_timestamp": created, "write_timestamp": written,
+    snapshots = pa.compute.equal(columns["last_snapshot_offset"], columns["record_offset"])
+    columns.update({
+        "state_topic": pa.repeat(pa.scalar(state_topic, pa.string()), n),
+        "state_partition": pa.repeat(pa.scalar(state_partition, pa.int32()), n),
+        "group_id": group, "topic_id": topic_id, "deleted": deleted,
+        "record_type": pa.compute.if_else(deleted, TOMBSTONE, pa.compute.if_else(
+            pa.compute.fill_null(snapshots, False), SNAPSHOT, UPDATE)),
         "state_batches": state_batches_array(states),
-        "last_snapshot_offset": last_snapshot, "max_leader_epoch": max_leader,
-        "max_state_epoch": max_state, "snapshot_update_count": count,
-        "dialect": pa.array([dialect] * n, pa.string()),
-    }
-    return pa.RecordBatch.from_pydict(columns, schema=HISTORY_SCHEMA)
+        "dialect": pa.repeat(pa.scalar(dialect, pa.string()), n)})
+    return pa.RecordBatch.from_arrays(
+        [columns[f.name] if f.name in columns else pa.nulls(n, f.type) for f in HISTORY_SCHEMA],
+        schema=HISTORY_SCHEMA)
 
 
 def state_batch(result: ShareLogResult, state_partition: int) -> pa.RecordBatch:

@@ -20,7 +20,7 @@ from sharestate.records.catalog import dialect
 from sharestate.records.keyvalue import KeyValue, decode_key_values
 from sharestate.records.render import to_json
 from sharestate.replay.views import has_delivery_complete_count
-from sharestate.tables.columns import BATCHES, state_batches_array, transpose
+from sharestate.tables.columns import BATCHES, int_columns, state_batches_array, transpose
 from sharestate.tables.spec import table
 
 SHARE_STATE_SCHEMA = table("share_state_records").arrow_schema()
@@ -107,12 +107,12 @@ def _value_columns(kinds: list[Any], versions: list[Any], values: list[Any],
         dcc = has_delivery_complete_count(dialects[first].as_py())
         present = [(name, slot) for name, slot in zip(_VALUE_FIELDS, slots[1:8], strict=True)
                    if slot >= 0 and (dcc or name != "delivery_complete_count")]
-        picked = dict(zip([name for name, _ in present],
-                          transpose(part, tuple((slot,) for _, slot in present)), strict=True))
+        picked = dict(zip([name for name, _ in present], int_columns(
+            part, tuple((slot,) for _, slot in present),
+            tuple(SHARE_STATE_SCHEMA.field(name).type for name, _ in present)), strict=True))
         for name in _VALUE_FIELDS:
-            kind_of = SHARE_STATE_SCHEMA.field(name).type
-            pieces[name].append(pa.array(picked[name], kind_of) if name in picked
-                                else pa.nulls(len(part), kind_of))
+            pieces[name].append(picked[name] if name in picked
+                                else pa.nulls(len(part), SHARE_STATE_SCHEMA.field(name).type))
         pieces["state_batches"].append(state_batches_array(part, slots[8]) if slots[8] >= 0
                                        else pa.nulls(len(part), BATCHES))
     columns = {name: pa.concat_arrays(chunks) for name, chunks in pieces.items()}
