@@ -65,6 +65,9 @@ static PyMethodDef methods[] = {
      "flatten_batches(states, item=7) -> (offsets, first, last, state, count, valid) buffers"},
     {"transpose", (PyCFunction)(void (*)(void))native_transpose, METH_FASTCALL,
      "transpose(rows, paths) -> one list per index path"},
+    {"arrow_records", (PyCFunction)(void (*)(void))native_arrow_records, METH_FASTCALL,
+     "arrow_records(n, buffer, offsets, timestamps, key_offsets, key_valid, value_offsets, "
+     "value_valid, value_base) -> list of Record"},
     {"int_columns", (PyCFunction)(void (*)(void))native_int_columns, METH_FASTCALL,
      "int_columns(rows, paths, widths) -> (data, validity bitmap or None) per path"},
     {NULL, NULL, 0, NULL},

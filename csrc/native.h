@@ -70,5 +70,6 @@ int native_record_view(PyObject *obj, const char **key, Py_ssize_t *key_len,
 int native_record_set_timestamp(PyObject *obj, long long timestamp);
 /* Item i of a record, native or tuple (new reference). */
 PyObject *native_record_field(PyObject *obj, Py_ssize_t i);
+PyObject *native_arrow_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

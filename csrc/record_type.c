@@ -203,3 +203,73 @@ int native_record_set_timestamp(PyObject *obj, long long timestamp) {
     ((Record *)obj)->timestamp = timestamp;
     return 1;
 }
+
+static int has_bit(const unsigned char *bits, Py_ssize_t i) {
+    return bits == NULL || (bits[i >> 3] >> (i & 7)) & 1;
+}
+
+/* arrow_records(n, buffer, offsets, timestamps, key_offsets, key_valid, value_offsets,
+ *               value_valid, value_base) -> list of Record
+ * The `n` records of Arrow columns (zero-based, no nulls in offsets and timestamps): `offsets`
+ * and `timestamps` hold int64 values, `key_offsets` / `value_offsets` the int32 offsets of
+ * binary columns whose data are at the start of `buffer` (keys) and at `value_base` (values),
+ * `*_valid` their validity bitmaps or None. Sequence -1, no headers: what bronze keeps. */
+PyObject *native_arrow_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 9 || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "arrow_records(n, buffer, offsets, timestamps, key_offsets, "
+                                         "key_valid, value_offsets, value_valid, value_base)");
+        return NULL;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(args[0]);
+    if (n < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "arrow_records: n < 0");
+        return NULL;
+    }
+    PyObject *buffer = args[1];
+    Py_buffer views[6];
+    int held = 0;
+    PyObject *out = NULL, *headers = NULL;
+    for (int i = 0; i < 6; i++) {
+        PyObject *source = args[i + 2];
+        if (source == Py_None) { views[i].buf = NULL; views[i].len = 0; views[i].obj = NULL; continue; }
+        if (PyObject_GetBuffer(source, &views[i], PyBUF_SIMPLE) < 0) goto done;
+        held |= 1 << i;
+    }
+    Py_ssize_t value_base = PyLong_AsSsize_t(args[8]);
+    if (value_base == -1 && PyErr_Occurred()) goto done;
+    Py_ssize_t size = PyBytes_GET_SIZE(buffer);
+    if (!views[0].buf || !views[1].buf || !views[2].buf || !views[4].buf
+        || views[0].len < n * 8 || views[1].len < n * 8 || views[2].len < (n + 1) * 4 || views[4].len < (n + 1) * 4
+        || (views[3].buf && views[3].len < (n + 7) / 8) || (views[5].buf && views[5].len < (n + 7) / 8)) {
+        PyErr_SetString(PyExc_ValueError, "arrow_records: buffers too short for the rows");
+        goto done;
+    }
+    const int32_t *keys = views[2].buf, *values = views[4].buf;
+    out = PyList_New(n);
+    headers = PyTuple_New(0);
+    if (!out || !headers) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t offset, timestamp;
+        memcpy(&offset, (const char *)views[0].buf + i * 8, 8);
+        memcpy(&timestamp, (const char *)views[1].buf + i * 8, 8);
+        int key = has_bit(views[3].buf, i), value = has_bit(views[5].buf, i);
+        Py_ssize_t key_pos = keys[i], key_len = keys[i + 1] - keys[i];
+        Py_ssize_t value_pos = value_base + values[i], value_len = values[i + 1] - values[i];
+        if (key_pos < 0 || key_len < 0 || key_pos + key_len > size || value_pos < value_base
+            || value_len < 0 || value_pos + value_len > size) {
+            PyErr_SetString(PyExc_ValueError, "arrow_records: an offset points outside the buffer");
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyObject *record = native_record_new(buffer, offset, timestamp, -1, key_pos,
+                                             key ? key_len : -1, value_pos,
+                                             value ? value_len : -1, headers);
+        if (!record) { Py_CLEAR(out); goto done; }
+        PyList_SET_ITEM(out, i, record);
+    }
+done:
+    for (int i = 0; i < 6; i++) if (held & (1 << i)) PyBuffer_Release(&views[i]);
+    Py_XDECREF(headers);
+    return out;
+}

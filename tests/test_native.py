@@ -16,12 +16,13 @@ from hypothesis import strategies as st
 from sharestate import native
 from sharestate.coordinator.combiner import combine, combine_py
 from sharestate.coordinator.share_state import StateBatch
-from sharestate.log import Batch, discover, read_batches
+from sharestate.log import Batch, RawRecord, discover, read_batches
 from sharestate.log.records_v2 import parse_records, parse_records_py
 from sharestate.records import catalog
 from sharestate.records.codec import DecodeError, read_struct, read_struct_py
 from sharestate.records.keyvalue import decode_key_values
 from sharestate.records.spec import StructLayout
+from sharestate.tables.arrow_log import records_of
 from sharestate.tables.columns import int_columns, int_columns_py, transpose, transpose_py
 
 pytestmark = pytest.mark.skipif(native.module is None, reason="sharestate._native is not built")
@@ -280,3 +281,22 @@ def test_native_int_columns_refuse_what_the_type_cannot_hold() -> None:
         int_columns([("7",)], ((0,),), (pa.int64(),))
     with pytest.raises(IndexError):
         int_columns([(1,)], ((1,),), (pa.int64(),))
+
+
+@settings(deadline=None, max_examples=60)
+@given(st.lists(st.tuples(st.integers(0, 2**62), st.integers(-1, 2**41),
+                          st.one_of(st.none(), st.binary(max_size=12)),
+                          st.one_of(st.none(), st.binary(max_size=30))), min_size=1, max_size=30),
+       st.integers(0, 5))
+def test_native_records_of_arrow_columns_equal_raw_records(
+        rows: list[tuple[int, int, bytes | None, bytes | None]], cut: int) -> None:
+    """Records built in C over Arrow buffers (sliced columns, null keys and values) equal
+    the RawRecords of the same columns."""
+    offsets, stamps, keys, values = zip(*rows, strict=True)
+    columns = [pa.array(offsets, pa.int64()), pa.array(stamps, pa.int64()),
+               pa.array(keys, pa.binary()), pa.array(values, pa.binary())]
+    start = min(cut, len(rows) - 1)
+    sliced = [c.slice(start) for c in columns]
+    built = records_of(*sliced)
+    assert all(type(r) is native.module.Record for r in built)  # type: ignore[union-attr]
+    assert built == [RawRecord(o, t, -1, k, v, ()) for o, t, k, v in rows[start:]]

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sharestate import native
 from sharestate.log import BatchHeader, ControlRecord, Finding, RawRecord, parse_control
 from sharestate.records import segment
 from sharestate.records.catalog import Dialect, dialect
@@ -163,9 +164,7 @@ def _chunk(data: pa.RecordBatch, starts: np.ndarray, schemas: Dialect, topic: st
         first("producer_id"), first("producer_epoch"), repeat(-1, count),
         first("is_transactional"), first("is_control"), (ends - starts).tolist(),
         repeat(False, count)))
-    records = list(map(RawRecord, offsets.to_pylist(), timestamps.to_pylist(), repeat(-1, n),
-                       data.column("key").to_pylist(), data.column("value").to_pylist(),
-                       repeat((), n)))
+    records = records_of(offsets, timestamps, data.column("key"), data.column("value"))
     control = _flags(data, "is_control", take)
     items: list[KeyValue | ControlRecord | Finding]
     if control.any():
@@ -187,3 +186,25 @@ def _flags(data: pa.RecordBatch, name: str, take: pa.Array) -> np.ndarray:
     flags: np.ndarray = data.column(name).take(take).fill_null(False).to_numpy(
         zero_copy_only=False)
     return flags
+
+
+def records_of(offsets: pa.Array, timestamps: pa.Array, keys: pa.Array, values: pa.Array
+               ) -> list[RawRecord]:
+    """The records of bronze columns: in C (`sharestate._native.Record`s over one copy of
+    the key and value bytes, no Python object per field) when the extension is built and
+    every offset and timestamp is set, else `RawRecord`s."""
+    n = len(offsets)
+    if native.module is None or not n or offsets.null_count or timestamps.null_count:
+        return list(map(RawRecord, offsets.to_pylist(), timestamps.to_pylist(), repeat(-1, n),
+                        keys.to_pylist(), values.to_pylist(), repeat((), n)))
+    offsets, timestamps, keys, values = (
+        array if array.offset == 0 else pa.concat_arrays([array])
+        for array in (offsets, timestamps, keys, values))
+    key_valid, key_offsets, key_data = keys.buffers()
+    value_valid, value_offsets, value_data = values.buffers()
+    head = key_data.to_pybytes() if key_data is not None else b""
+    buffer = head + (value_data.to_pybytes() if value_data is not None else b"")
+    found: list[RawRecord] = native.module.arrow_records(
+        n, buffer, offsets.buffers()[1], timestamps.buffers()[1], key_offsets, key_valid,
+        value_offsets, value_valid, len(head))
+    return found
