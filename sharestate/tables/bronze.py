@@ -168,7 +168,7 @@ class _Chunk:
         type_ids, versions, errors = transpose(decoded, _DECODED_PATHS)
         self.type_ids.extend(type_ids)
         self.versions.extend(versions)
-        if any(e is not None for e in errors):
+        if errors.count(None) != len(errors):
             for j, error in enumerate(errors):
                 if error is not None:
                     record = records[j]

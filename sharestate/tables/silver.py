@@ -61,7 +61,10 @@ def share_state_rows(rows: pa.RecordBatch,
     if decoded is None:
         decoded = _decode(_bronze(rows), "__share_group_state")
     n = len(decoded)
-    ok: list[KeyValue | None] = [
+    all_kinds, errors, keys = transpose(decoded, ((1,), (5,), (2,)))
+    kind_ids = list(map(id, all_kinds))
+    ok: list[KeyValue | None] = decoded if (  # usually every row decoded cleanly
+        errors.count(None) == n and id(None) not in kind_ids and None not in keys) else [
         kv if kv is not None and kv.error is None and kv.kind is not None
         and kv.key is not None else None for kv in decoded]
     group, topic_id, partition, kinds, versions, values = transpose(
@@ -71,9 +74,7 @@ def share_state_rows(rows: pa.RecordBatch,
         "state_topic": pa.array(["__share_group_state"] * n, pa.string()),
         "state_partition": rows.column("partition"), "segment": rows.column("segment"),
         "offset": rows.column("offset"), "timestamp": rows.column("timestamp"),
-        "record_type": [kv.kind.name if kv is not None and kv.kind is not None else None
-                        for kv in decoded],
-        "tombstone": [kv is not None and kv.value is None for kv in ok],
+        "record_type": _names(all_kinds, kind_ids),
         "is_control": rows.column("is_control").fill_null(False),
         "control_type": rows.column("control_type"), "producer_id": rows.column("producer_id"),
         "is_transactional": rows.column("is_transactional"), "group_id": group,
@@ -82,9 +83,21 @@ def share_state_rows(rows: pa.RecordBatch,
     return pa.RecordBatch.from_pydict(out, schema=SHARE_STATE_SCHEMA)
 
 
+def _names(kinds: list[Any], kind_ids: list[int]) -> pa.Array:
+    """The name of each record kind (`kind_ids`: their ids; null for None), looked up once
+    per distinct kind."""
+    by_id = dict(zip(kind_ids, kinds, strict=True))
+    codes = {ident: code for code, ident in enumerate(by_id)}
+    names = pa.array([None if kind is None else kind.name for kind in by_id.values()],
+                     pa.string())
+    return names.take(pa.array(np.fromiter(map(codes.__getitem__, kind_ids), np.int32,
+                                           len(kinds))))
+
+
 def _value_columns(kinds: list[Any], versions: list[Any], values: list[Any],
                    dialects: pa.Array) -> dict[str, pa.Array]:
-    """The value fields (`_VALUE_FIELDS`, `state_batches`) of each row's decoded value.
+    """The value fields (`_VALUE_FIELDS`, `state_batches`) of each row's decoded value, and
+    whether it is a tombstone (a known kind without a value version).
 
     Where a field sits in a value depends on its layout (record kind and version), so the
     rows are ordered by layout, each layout's rows are transposed at once, and the columns
@@ -96,7 +109,8 @@ def _value_columns(kinds: list[Any], versions: list[Any], values: list[Any],
     order = np.argsort(codes, kind="stable")
     ordered = [values[i] for i in order.tolist()] if len(layouts) > 1 else values
     bounds = np.searchsorted(codes[order], np.arange(len(layouts) + 1))
-    pieces: dict[str, list[pa.Array]] = {name: [] for name in (*_VALUE_FIELDS, "state_batches")}
+    pieces: dict[str, list[pa.Array]] = {
+        name: [] for name in (*_VALUE_FIELDS, "state_batches", "tombstone")}
     for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         part = ordered[start:end]
         first = int(order[start])
@@ -115,6 +129,8 @@ def _value_columns(kinds: list[Any], versions: list[Any], values: list[Any],
                                 else pa.nulls(len(part), SHARE_STATE_SCHEMA.field(name).type))
         pieces["state_batches"].append(state_batches_array(part, slots[8]) if slots[8] >= 0
                                        else pa.nulls(len(part), BATCHES))
+        pieces["tombstone"].append(pa.repeat(pa.scalar(kind is not None and version is None),
+                                             len(part)))
     columns = {name: pa.concat_arrays(chunks) for name, chunks in pieces.items()}
     if len(layouts) > 1:
         back = pa.array(np.argsort(order, kind="stable"))
