@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -95,7 +95,7 @@ def table_rows(path: str) -> int:
     from deltalake import DeltaTable
 
     actions = pa.table(DeltaTable(path).get_add_actions(flatten=True))
-    return int(pa.compute.sum(actions.column("num_records")).as_py() or 0)
+    return int(pc.sum(actions.column("num_records")).as_py() or 0)
 
 
 def new_run_id() -> str:
@@ -458,9 +458,10 @@ def replay(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
                         metadata=metadata)
     report = RunReport("replay", run_id, rows={name: table_rows(warehouse.path(name))
                                                for name in REPLAY_TABLES})
-    findings = lake.read(warehouse.path("audit_findings")).where(
-        F.col("rule").isin(*REPLAY_RULES) & F.col("severity").isin("warning", "error"))
-    report.findings = findings.count()
+    audit = lake.read_arrow(warehouse.path("audit_findings"), ["rule", "severity"])
+    report.findings = pc.sum(pc.and_(
+        pc.is_in(audit["rule"], pa.array(REPLAY_RULES, pa.string())),
+        pc.is_in(audit["severity"], pa.array(["warning", "error"])))).as_py() or 0
     report.seconds = time.monotonic() - started
     return report
 
@@ -506,8 +507,8 @@ def analytics(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
     started = time.monotonic()
     lake = open_lake(spark)
     report = RunReport("analytics", run_id)
-    metadata_table = lake.read(warehouse.path("share_group_partitions")).collect()
-    share_metadata = metadata_from_rows(row.asDict() for row in metadata_table)
+    metadata_table = lake.read_arrow(warehouse.path("share_group_partitions")).to_pylist()
+    share_metadata = metadata_from_rows(metadata_table)
     names = {row["topic_id"]: row["topic_name"] for row in metadata_table}
     states = lake.read(warehouse.path("share_partition_state"))
     metadata = {"run": run_id, "job": "analytics"}
@@ -517,14 +518,14 @@ def analytics(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
                         metadata=metadata)
     report.rows.update({name: table_rows(warehouse.path(name)) for name in derived})
     keys = {ShareKey(r["group_id"], r["topic_id"], r["partition"]): r["state_partition"]
-            for r in states.select("group_id", "topic_id", "partition", "state_partition")
-            .collect()}
+            for r in lake.read_arrow(warehouse.path("share_partition_state"), [
+                "group_id", "topic_id", "partition", "state_partition"]).to_pylist()}
     rows = list(cross_topic_rows(share_metadata, keys))
     decode_errors = _decode_error_findings(lake.read(warehouse.path("decode_errors")))
     audit = rows_frame(spark, rows, "audit_findings").unionByName(decode_errors)
     lake.overwrite(audit, warehouse.path("audit_findings"),
                    partitions=[{"rule": rule} for rule in ANALYTICS_RULES], metadata=metadata)
-    errors = decode_errors.count()
+    errors = lake.read_arrow(warehouse.path("decode_errors"), ["offset"]).num_rows
     report.rows["audit_findings"] = len(rows) + errors
     report.findings = errors + sum(r["severity"] in ("warning", "error") for r in rows)
     report.seconds = time.monotonic() - started

@@ -98,6 +98,13 @@ def test_append_reads_back_through_spark_and_delta_rs(spark: SparkSession, lake:
     assert sum(a["num_records"] for a in actions) == 90
     assert {a["partition.topic"] for a in actions} == {"a", "b:c d"}
     assert all(a["min.offset"] is not None and a["max.offset"] is not None for a in actions)
+    # the driver-side read (no Spark job) holds the same rows, partition columns included
+    arrow = lake.read_arrow(path)
+    assert arrow.column_names == lake.read(path).columns
+    assert sorted(tuple(r.values()) for r in arrow.to_pylist()) == expected
+    assert sorted(lake.read_arrow(path, ["offset", "topic"]).to_pylist(),
+                  key=lambda r: (r["topic"], r["offset"]))[:2] == [
+        {"offset": 0, "topic": "a"}, {"offset": 1, "topic": "a"}]
 
 
 def test_partition_overwrite_is_idempotent(spark: SparkSession, lake: Lake,

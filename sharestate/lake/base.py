@@ -85,6 +85,12 @@ class Lake(ABC):
     def read(self, path: TablePath, *, version: int | None = None) -> DataFrame:
         """The table (at `version`, default latest) as a DataFrame, columns in table order."""
 
+    def read_arrow(self, path: TablePath, columns: Sequence[str] | None = None) -> pa.Table:
+        """A small table (or some of its columns) on the driver as Arrow, for the jobs'
+        bookkeeping: metadata, findings to count. This default reads through Spark."""
+        df = self.read(path)
+        return df.select(*columns).toArrow() if columns else df.toArrow()
+
     @abstractmethod
     def version(self, path: TablePath) -> int:
         """The latest version."""

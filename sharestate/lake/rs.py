@@ -148,17 +148,18 @@ class RsLake(Lake):
                             {"predicate": replace_where(specs, types)})
 
     def read(self, path: TablePath, *, version: int | None = None) -> DataFrame:
-        table = DeltaTable(_root(path), version=version)
-        features = set(table.protocol().reader_features or ())
-        if features & UNSUPPORTED_READER_FEATURES:
-            raise ValueError(f"table at {path} uses {sorted(features)}, which the rs backend "
-                             f"cannot read; use the jvm backend")
+        table = _readable(path, version)
         schema = _spark_schema(table)
         uris = table.file_uris()
         if not uris:
             return self.spark.createDataFrame([], schema)
         return (self.spark.read.schema(schema).option("basePath", _root(path))
                 .parquet(*uris).select(*schema.names))
+
+    def read_arrow(self, path: TablePath, columns: Sequence[str] | None = None) -> pa.Table:
+        """Read on the driver by delta-rs, no Spark job."""
+        table = _readable(path, None)
+        return table.to_pyarrow_table(columns=list(columns) if columns else None)
 
     def version(self, path: TablePath) -> int:
         return int(DeltaTable(_root(path)).version())
@@ -238,3 +239,13 @@ def _spark_schema(table: DeltaTable) -> StructType:
     from pyspark.sql.types import StructType
 
     return StructType.fromJson(json.loads(table.schema().to_json()))
+
+
+def _readable(path: TablePath, version: int | None) -> DeltaTable:
+    """The table at `path` (at `version`), when delta-rs can read it."""
+    table = DeltaTable(_root(path), version=version)
+    features = set(table.protocol().reader_features or ())
+    if features & UNSUPPORTED_READER_FEATURES:
+        raise ValueError(f"table at {path} uses {sorted(features)}, which the rs backend "
+                         f"cannot read; use the jvm backend")
+    return table
