@@ -98,7 +98,8 @@ def create(records: int = 20_000) -> Path | None:
         child = subprocess.run(
             [sys.executable, "-m", "pipelines.class_archive", "--dump", str(partial),
              str(Path(tmp) / "logs"), str(Path(tmp) / "warehouse")],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=False)
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=False,
+            timeout=600)
         # the pipe closes when the JVM (which writes to it too) has gone
         pids = [line.split()[1] for line in child.stdout.splitlines()
                 if line.startswith(_PID_LINE)]
@@ -141,7 +142,7 @@ def main() -> int:
         return 0
     try:
         path = create()
-    except (OSError, RuntimeError) as exc:  # optional: sessions start without it
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:  # sessions start without
         print(f"class archive: not made ({exc}); Spark starts without it", file=sys.stderr)
         return 0
     print(f"class archive: {path}" if path else "class archive: this Java cannot make one")
