@@ -9,7 +9,8 @@ moves the archive into place; `build_session` adds it to the options of a JVM it
 itself (a local master, not spark-submit) when it exists for this Spark and this Java.
 The file lives in the user's cache folder (`$SHARESTATE_CACHE_DIR`, else
 `$XDG_CACHE_HOME/sharestate`, else `~/.cache/sharestate`) and its name carries the Spark
-release and the Java build, so an upgrade of either makes a new one. A JVM that cannot map
+release, its jars (where, size, time) and the Java build, so reinstalling either makes a
+new one. A JVM that cannot map
 an archive starts without it. `spark.sharestate.classArchive off` leaves it out.
 
     python -m pipelines.class_archive          # create it (make install does)
@@ -62,7 +63,12 @@ def archive_path() -> Path | None:
     if home is None or build is None:
         return None
     jars = Path(pyspark.__file__).resolve().parent / "jars"
-    key = hashlib.sha256(f"{pyspark.__version__}|{jars}|{home}|{build}".encode()).hexdigest()
+    # The JVM refuses an archive whose classpath jars moved or changed (size, time): a
+    # reinstalled Spark gets a new archive.
+    stamps = sorted((jar.name, jar.stat().st_size, jar.stat().st_mtime_ns)
+                    for jar in jars.glob("*.jar"))
+    key = hashlib.sha256(f"{pyspark.__version__}|{jars}|{stamps}|{home}|{build}".encode()
+                         ).hexdigest()
     if folder := os.environ.get(CACHE_ENV):
         cache = Path(folder)
     else:
