@@ -269,10 +269,13 @@ def _write_bronze(spark: SparkSession, lake: Lake, warehouse: Warehouse, inputs:
 
 def _bronze_files(lake: Lake, warehouse: Warehouse) -> dict[str, list[ActiveFile]] | None:
     """The data files of `log_records` and `decode_errors` (None: the backend cannot list)."""
-    listed = {name: lake.active_files(warehouse.path(name))
-              for name in ("log_records", "decode_errors")}
-    return {name: files for name, files in listed.items() if files is not None} \
-        if all(files is not None for files in listed.values()) else None
+    listed = {}
+    for name in ("log_records", "decode_errors"):
+        files = lake.active_files(warehouse.path(name))
+        if files is None:
+            return None
+        listed[name] = files
+    return listed
 
 
 def _coverage_of_files(before: dict[str, list[ActiveFile]], after: dict[str, list[ActiveFile]],
@@ -525,7 +528,7 @@ def analytics(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
     audit = rows_frame(spark, rows, "audit_findings").unionByName(decode_errors)
     lake.overwrite(audit, warehouse.path("audit_findings"),
                    partitions=[{"rule": rule} for rule in ANALYTICS_RULES], metadata=metadata)
-    errors = lake.read_arrow(warehouse.path("decode_errors"), ["offset"]).num_rows
+    errors = table_rows(warehouse.path("decode_errors"))
     report.rows["audit_findings"] = len(rows) + errors
     report.findings = errors + sum(r["severity"] in ("warning", "error") for r in rows)
     report.seconds = time.monotonic() - started

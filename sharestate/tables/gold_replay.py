@@ -163,5 +163,5 @@ def read_partition_files(partition: int, uris: list[str]) -> Iterator[pa.RecordB
                 max_chunksize=READ_ROWS))
         for rows in batches:
             rows = rows.filter(pc.is_valid(rows.column("offset")))
-            yield rows.append_column("partition", pa.array([partition] * rows.num_rows,
-                                                           pa.int32()))
+            yield rows.append_column("partition", pa.repeat(pa.scalar(partition, pa.int32()),
+                                                            rows.num_rows))
