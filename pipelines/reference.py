@@ -69,7 +69,14 @@ def _jobs() -> Iterator[str]:
 
 def _spark() -> Iterator[str]:
     from pipelines.class_archive import SETTING
-    from pipelines.session import CONF_FILE_ENV, DEFAULT_CONF_FILE, DEFAULTS, LOCAL_DEFAULTS
+    from pipelines.session import (
+        CONF_FILE_ENV,
+        DEFAULT_CONF_FILE,
+        DEFAULTS,
+        JIT_SETTING,
+        LOCAL_DEFAULTS,
+        QUICK_JIT,
+    )
     from sharestate.lake.select import BACKEND_CONF
 
     yield "## Spark settings\n"
@@ -79,7 +86,11 @@ def _spark() -> Iterator[str]:
            f"own `--conf`. `{BACKEND_CONF}` picks the Delta backend: `auto` (default), `rs` "
            f"or `jvm`. `{SETTING} off` starts a JVM the job launches itself without the "
            f"class archive `make install` makes (default `auto`: with it when it exists; "
-           f"see `pipelines/class_archive.py`).\n\n")
+           f"see `pipelines/class_archive.py`). `{JIT_SETTING}` is the JIT of that JVM: "
+           f"`quick` (`{QUICK_JIT}`) or `full`; by default quick for the pipeline jobs on a "
+           f"`local[...]` master with the `rs` backend (the JVM only plans and commits there "
+           f"while Python workers do the work), full otherwise (`sharestate sql` runs its "
+           f"queries in the JVM).\n\n")
     yield "| setting | default | when |\n|---|---|---|\n"
     for key, value in DEFAULTS.items():
         yield f"| `{key}` | `{value}` | always |\n"

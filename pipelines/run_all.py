@@ -112,7 +112,7 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
         spark_factory: Callable[..., SparkSession] | None = None) -> int:
     """Run `jobs` in order with a session built from `args`; print a summary; exit status."""
     from pipelines import jobs as pipeline
-    from pipelines.session import build_session
+    from pipelines.session import SettingError, build_session
 
     if "ingest" in jobs and not args.source:
         raise ArgumentError("--source is required (segment files, partition dirs or a root)")
@@ -124,7 +124,11 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
     conf = dict(item.split("=", 1) for item in args.conf if "=" in item)
     if args.backend:
         conf["spark.sharestate.lake.backend"] = args.backend
-    spark = (spark_factory or build_session)("sharestate", master=args.master, conf=conf)
+    try:
+        spark = (spark_factory or build_session)("sharestate", master=args.master, conf=conf,
+                                                 quick_jit=True)
+    except SettingError as exc:
+        raise ArgumentError(str(exc)) from None
     warehouse = pipeline.Warehouse(Path(args.warehouse))
     run_id = args.run_id or pipeline.new_run_id()
     reports = []

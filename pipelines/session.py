@@ -16,7 +16,11 @@
    as tests want).
 
 A JVM it starts itself maps the class archive of `pipelines.class_archive` when one exists
-(a faster start; `spark.sharestate.classArchive off` leaves it out).
+(a faster start; `spark.sharestate.classArchive off` leaves it out), and compiles with the
+quick JIT only (`-XX:TieredStopAtLevel=1`) where the caller says the JVM only orchestrates
+(`quick_jit=True`: the pipeline jobs, whose Python workers do the work) on a local master
+with the `rs` backend: full optimisation there costs seconds of CPU that the workers need.
+`spark.sharestate.driverJit` (`quick`, `full`) overrides that choice.
 
 It also raises the `py4j` logger to INFO: at DEBUG py4j logs every command sent to the JVM,
 reader options — credentials among them — included.
@@ -49,8 +53,10 @@ from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from pipelines import class_archive
+from sharestate.lake.select import BACKEND_CONF
 
 DeltaMode = Literal["auto", "on", "off", "pip"]
+JitMode = Literal["quick", "full"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONF_FILE = REPO_ROOT / "conf" / "spark-defaults.conf"
@@ -78,6 +84,15 @@ NO_UI: Mapping[str, str] = {
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
+
+
+class SettingError(ValueError):
+    """A bad setting (conf file, `spark.sharestate.*` value): the caller's bad argument."""
+
+
+JIT_SETTING = "spark.sharestate.driverJit"
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
+
 _CONF_LINE = re.compile(r"^([^\s=]+)\s*(?:=\s*|\s+)(.*)$")
 
 
@@ -90,7 +105,7 @@ def read_conf_file(path: Path) -> dict[str, str]:
             continue
         match = _CONF_LINE.match(line)
         if match is None:
-            raise ValueError(f"{path}:{number}: expected 'key value', got {line!r}")
+            raise SettingError(f"{path}:{number}: expected 'key value', got {line!r}")
         settings[match.group(1)] = match.group(2).strip()
     return settings
 
@@ -104,7 +119,7 @@ def conf_file_path(conf_file: str | Path | None = None) -> Path | None:
     if named:
         path = Path(named)
         if not path.is_file():
-            raise FileNotFoundError(f"Spark conf file not found: {path}")
+            raise SettingError(f"Spark conf file not found: {path}")
         return path
     return DEFAULT_CONF_FILE if DEFAULT_CONF_FILE.is_file() else None
 
@@ -128,6 +143,8 @@ def resolve_conf(conf: Mapping[str, str] | None = None, *,
     if not ui:
         explicit.update(NO_UI)
     settings = {**DEFAULTS, **from_file, **explicit}
+    if settings.get(JIT_SETTING, "full") not in ("quick", "full"):
+        raise SettingError(f"{JIT_SETTING} must be quick or full, not {settings[JIT_SETTING]!r}")
     if settings["spark.master"].startswith("local"):
         settings = {**LOCAL_DEFAULTS, **settings}
         paths = settings["spark.executorEnv.PYTHONPATH"].split(os.pathsep)
@@ -161,6 +178,29 @@ def with_delta(settings: Mapping[str, str]) -> dict[str, str]:
     return wired
 
 
+def driver_jit(settings: Mapping[str, str], quick_jit: bool) -> JitMode:
+    """The JIT a JVM started with `settings` gets: `spark.sharestate.driverJit` if set, else
+    quick where the caller asks for it, the master is local and the backend is `rs` (the JVM
+    then plans and commits while Python workers do the work)."""
+    chosen = settings.get(JIT_SETTING)
+    if chosen is not None:
+        return "quick" if chosen == "quick" else "full"
+    backend = settings.get(BACKEND_CONF, "auto")
+    orchestrates = backend == "rs" or (backend == "auto" and not delta_jars_present(settings))
+    local = settings["spark.master"].startswith("local")
+    return "quick" if quick_jit and local and orchestrates else "full"
+
+
+def driver_java_options(settings: Mapping[str, str], quick_jit: bool) -> str | None:
+    """`spark.driver.extraJavaOptions` for a JVM this process starts: the class archive
+    mapped and the JIT chosen (None: nothing to add). Options the user set win."""
+    current = settings.get(class_archive.JAVA_OPTIONS, "")
+    options = class_archive.java_options(dict(settings)) or current
+    if driver_jit(settings, quick_jit) == "quick" and "Tiered" not in current:
+        options = f"{options} {QUICK_JIT}".strip()
+    return options if options != current else None
+
+
 def _launched_settings() -> dict[str, str] | None:
     """Settings of a JVM that already runs (spark-submit or an active session), else None."""
     active = SparkContext._active_spark_context
@@ -175,7 +215,8 @@ def _launched_settings() -> dict[str, str] | None:
 def build_session(app_name: str | None = None, *, master: str | None = None,
                   conf: Mapping[str, str] | None = None,
                   conf_file: str | Path | None = None,
-                  delta: DeltaMode = "auto", ui: bool = True) -> SparkSession:
+                  delta: DeltaMode = "auto", ui: bool = True,
+                  quick_jit: bool = False) -> SparkSession:
     """Build (or join) the SparkSession for a sharestate job; see the module docstring."""
     launched = _launched_settings()
     settings = resolve_conf(conf, conf_file=conf_file, launched=launched, master=master,
@@ -185,7 +226,7 @@ def build_session(app_name: str | None = None, *, master: str | None = None,
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         if settings["spark.master"].startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        if options := class_archive.java_options(settings):
+        if options := driver_java_options(settings, quick_jit):
             settings[class_archive.JAVA_OPTIONS] = options
     else:
         settings = {k: v for k, v in settings.items() if launched.get(k) != v}

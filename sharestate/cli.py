@@ -264,13 +264,16 @@ SQL_FORMATS = ("table", "jsonl", "csv")
 
 def cmd_sql(args: argparse.Namespace) -> int:
     """Run Spark SQL over every table of a warehouse (each registered as a view)."""
-    from pipelines.session import build_session
+    from pipelines.session import SettingError, build_session
     from sharestate.lake import find_tables, register_views
 
     if not find_tables(args.warehouse):
         raise UsageError(f"no Delta tables under {args.warehouse}")
-    spark = build_session("sharestate-sql", ui=False,
-                          conf={"spark.sharestate.lake.backend": args.backend or "auto"})
+    try:
+        spark = build_session("sharestate-sql", ui=False,
+                              conf={"spark.sharestate.lake.backend": args.backend or "auto"})
+    except SettingError as exc:
+        raise UsageError(str(exc)) from None
     register_views(spark, args.warehouse)
     try:
         rows = spark.sql(args.query).collect()

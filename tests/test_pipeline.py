@@ -240,7 +240,10 @@ def test_corrupt_segment_lands_in_decode_errors(spark: Any, tmp_path: Path) -> N
 def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_all(["--warehouse"]) == 2
     assert run_all(["--warehouse", "w", "--as-of-time", "soon"]) == 2
-    assert len(capsys.readouterr().err.strip().splitlines()) == 2
+    assert run_all(["--source", "logs", "--warehouse", "w",
+                    "--conf", "spark.sharestate.driverJit=fast"]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 3 and "driverJit must be quick or full" in errors[-1]
 
 
 def test_killed_run_then_rerun_completes(spark: Any, warehouse: Path, tmp_path: Path) -> None:

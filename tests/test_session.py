@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,15 +12,21 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
+from pipelines.class_archive import JAVA_OPTIONS
 from pipelines.session import (
     CONF_FILE_ENV,
     DEFAULT_CONF_FILE,
     DELTA_CATALOG,
     DELTA_EXTENSION,
+    JIT_SETTING,
+    QUICK_JIT,
     REPO_ROOT,
+    SettingError,
     build_session,
     conf_file_path,
     delta_jars_present,
+    driver_java_options,
+    driver_jit,
     read_conf_file,
     resolve_conf,
     with_delta,
@@ -52,7 +60,7 @@ def test_conf_file_format(conf_file: Path, tmp_path: Path) -> None:
                                          "spark.app.name": "from-file"}
     bad = tmp_path / "bad.conf"
     bad.write_text("lonely-key\n")
-    with pytest.raises(ValueError, match=r"bad.conf:1: expected 'key value'"):
+    with pytest.raises(SettingError, match=r"bad.conf:1: expected 'key value'"):
         read_conf_file(bad)
 
 
@@ -61,7 +69,7 @@ def test_conf_file_lookup(conf_file: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert conf_file_path() == (DEFAULT_CONF_FILE if DEFAULT_CONF_FILE.is_file() else None)
     monkeypatch.setenv(CONF_FILE_ENV, str(conf_file))
     assert conf_file_path() == conf_file
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(SettingError, match="not found"):
         conf_file_path(conf_file.with_name("missing.conf"))
 
 
@@ -102,6 +110,47 @@ def test_delta_wiring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert with_delta(wired) == wired
 
 
+def test_driver_jit_is_quick_only_where_the_jvm_orchestrates(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    local = {"spark.master": "local[2]", "spark.sharestate.classArchive": "off"}
+    assert driver_jit(local, quick_jit=True) == "quick"
+    assert driver_jit(local, quick_jit=False) == "full"  # sql, reports: queries in the JVM
+    assert driver_jit({**local, "spark.master": "spark://h:7077"}, quick_jit=True) == "full"
+    assert driver_jit({**local, "spark.sharestate.lake.backend": "jvm"}, True) == "full"
+    assert driver_jit({**local, "spark.jars.packages": "io.delta:delta-spark_2.13:4.0.0"},
+                      quick_jit=True) == "full"  # auto backend: jvm, which writes in the JVM
+    assert driver_jit({**local, "spark.sharestate.lake.backend": "rs",
+                       "spark.jars.packages": "io.delta:delta-spark_2.13:4.0.0"}, True) == "quick"
+    assert driver_jit({**local, JIT_SETTING: "full"}, quick_jit=True) == "full"
+    assert driver_jit({**local, JIT_SETTING: "quick"}, quick_jit=False) == "quick"
+    with pytest.raises(SettingError, match="quick or full"):
+        resolve_conf({JIT_SETTING: "fast"})
+
+    assert driver_java_options(local, quick_jit=True) == QUICK_JIT
+    assert driver_java_options(local, quick_jit=False) is None
+    assert driver_java_options({**local, JAVA_OPTIONS: "-Xss4m"}, True) == f"-Xss4m {QUICK_JIT}"
+    for own in ("-XX:TieredStopAtLevel=4", "-XX:-TieredCompilation"):  # the user's choice wins
+        assert driver_java_options({**local, JAVA_OPTIONS: own}, quick_jit=True) is None
+
+
+JIT_PROBE = """
+import sys
+from pyspark.sql import SparkSession
+from pipelines import run_all
+run_all.run(run_all.parser().parse_args(["--warehouse", sys.argv[1], "--backend", "rs",
+                                         "--conf", "spark.ui.enabled=false"]), ())
+jvm = SparkSession.getActiveSession().sparkContext._jvm
+print(" ".join(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()))
+"""
+
+
+def test_the_pipeline_runs_its_jvm_with_the_quick_jit(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", JIT_PROBE, str(tmp_path)], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=300, check=True)
+    assert QUICK_JIT in done.stdout.split()
+
+
 def test_built_session(spark: SparkSession) -> None:
     conf = spark.conf
     assert conf.get("spark.sql.session.timeZone") == "UTC"
@@ -112,6 +161,8 @@ def test_built_session(spark: SparkSession) -> None:
     assert conf.get("spark.ui.enabled") == "false"
     assert spark.sparkContext.master == "local[2]"
     assert DELTA_EXTENSION not in (conf.get("spark.sql.extensions", "") or "")
+    bean = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    assert QUICK_JIT not in list(bean.getInputArguments())  # queries: the JVM's full JIT
 
     def probe(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import sys
