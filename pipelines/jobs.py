@@ -19,6 +19,7 @@ Executor functions live in `sharestate.tables`; these functions only plan and wr
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -31,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from sharestate.analytics.audit import cross_topic_rows
 from sharestate.analytics.lag import FILE, lag_rows
@@ -162,7 +164,7 @@ def _segment_splits(spark: SparkSession, lake: Lake, warehouse: Warehouse,
               for start, end in _ranges(split_points(Path(path), size, split_bytes))]
     ranges.sort(key=lambda r: (r[2] if r[2] is not None else todo[r[0]][0]) - r[1],
                 reverse=True)
-    return one_task_each(spark, ranges, "path string, start bigint, end bigint"), todo
+    return one_task_each(spark, ranges, SPLITS), todo
 
 
 def _segment_sources(paths: Iterable[str]) -> dict[PartitionKey, str]:
@@ -177,11 +179,19 @@ def _segment_sources(paths: Iterable[str]) -> dict[PartitionKey, str]:
     return {key: found[0] for key, found in named.items() if len(found) == 1}
 
 
-def one_task_each(spark: SparkSession, rows: list[tuple[Any, ...]], schema: str) -> DataFrame:
+SPLITS = pa.schema([("path", pa.string()), ("start", pa.int64()), ("end", pa.int64())])
+"""An ingest task: a byte range of a segment file (`end` None: to its end)."""
+PARTITION_FILES = pa.schema([("topic", pa.string()), ("partition", pa.int32()),
+                             ("files", pa.list_(pa.string()))])
+"""A replay task: an internal-topic partition's bronze files, in offset order."""
+
+
+def one_task_each(spark: SparkSession, rows: list[tuple[Any, ...]],
+                  schema: pa.Schema) -> DataFrame:
     """`rows` as a DataFrame of one partition per row, scheduled in list order (give the
     largest work first: the last tasks to start are then the short ones)."""
     return spark.createDataFrame(spark.sparkContext.parallelize(rows, max(1, len(rows))),
-                                 schema)
+                                 from_arrow_schema(schema))
 
 
 def _ranges(starts: list[int]) -> list[tuple[int, int | None]]:
@@ -258,7 +268,7 @@ def _write_bronze(spark: SparkSession, lake: Lake, warehouse: Warehouse, inputs:
              "modified_ms": sizes.get(c["source"], (None, None))[1], "note": note,
              "finished_at": finished} for key, c in covered.items()]
     if runs:
-        lake.append(rows_frame(spark, runs, "ingest_runs"), warehouse.path("ingest_runs"),
+        lake.append(rows_table(runs, "ingest_runs"), warehouse.path("ingest_runs"),
                     metadata={**meta, "inputs": len(runs)})
     report.rows["log_records"] = report.rows.get("log_records", 0) + sum(
         c["records"] for c in covered.values())
@@ -364,16 +374,9 @@ def _ingested(lake: Lake, warehouse: Warehouse) -> dict[str, tuple[int, int]]:
             for row in latest.collect()}
 
 
-def _conform(df: DataFrame, name: str) -> DataFrame:
-    """`df` with the table's column order and types (nullability checked by the lake)."""
-    schema = table(name).spark_schema()
-    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
-
-
-def rows_frame(spark: SparkSession, rows: list[dict[str, Any]], name: str) -> DataFrame:
-    """Driver-side rows as a DataFrame of table `name`'s schema."""
-    arrow = pa.Table.from_pylist(rows, schema=table(name).arrow_schema())
-    return spark.createDataFrame(arrow.to_pandas(), table(name).spark_schema())
+def rows_table(rows: list[dict[str, Any]], name: str) -> pa.Table:
+    """Driver-side rows as an Arrow table of table `name`'s schema."""
+    return pa.Table.from_pylist(rows, schema=table(name).arrow_schema())
 
 
 # -- decode ------------------------------------------------------------------------------
@@ -426,7 +429,7 @@ def _replay_inputs(spark: SparkSession, lake: Lake, warehouse: Warehouse,
     work = [(topic, partition, [f.uri for f in sorted(group, key=lambda f: (
         f.partition_values["segment"], f.min_values.get("offset") or 0))])
         for (topic, partition), group in largest_first]
-    return (one_task_each(spark, work, "topic string, partition int, files array<string>"),
+    return (one_task_each(spark, work, PARTITION_FILES),
             partial(tasks.replay_partitions, options=options))
 
 
@@ -469,16 +472,21 @@ def replay(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
     return report
 
 
-def _decode_error_findings(errors: DataFrame) -> DataFrame:
-    """One `decode_error` audit finding (severity error) per `decode_errors` row."""
-    null = F.lit(None)
-    return _conform(errors.select(
-        F.lit("decode_error").alias("rule"), F.lit("error").alias("severity"), "topic",
-        "partition", "offset", null.alias("timestamp"), null.alias("group_id"),
-        null.alias("topic_id"), null.alias("share_partition"),
-        F.concat_ws(": ", "kind", "message").alias("message"),
-        F.to_json(F.struct("kind", "source", "segment", "position",
-                           "raw_length")).alias("detail_json")), "audit_findings")
+_DETAIL = ("kind", "source", "segment", "position", "raw_length")
+
+
+def _decode_error_findings(lake: Lake, warehouse: Warehouse) -> list[dict[str, Any]]:
+    """One `decode_error` audit finding (severity error) per `decode_errors` row; the detail
+    is the row's kind, source, segment, position and raw length as compact JSON (nulls left
+    out). The raw bytes are not read."""
+    errors = lake.read_arrow(warehouse.path("decode_errors"),
+                             ["topic", "partition", "offset", "message", *_DETAIL])
+    return [{"rule": "decode_error", "severity": "error", "topic": e["topic"],
+             "partition": e["partition"], "offset": e["offset"],
+             "message": f"{e['kind']}: {e['message']}",
+             "detail_json": json.dumps({k: e[k] for k in _DETAIL if e[k] is not None},
+                                       separators=(",", ":"), ensure_ascii=False)}
+            for e in errors.to_pylist()]
 
 
 # -- analytics ---------------------------------------------------------------------------
@@ -524,8 +532,7 @@ def analytics(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
             for r in lake.read_arrow(warehouse.path("share_partition_state"), [
                 "group_id", "topic_id", "partition", "state_partition"]).to_pylist()}
     rows = list(cross_topic_rows(share_metadata, keys))
-    decode_errors = _decode_error_findings(lake.read(warehouse.path("decode_errors")))
-    audit = rows_frame(spark, rows, "audit_findings").unionByName(decode_errors)
+    audit = rows_table([*rows, *_decode_error_findings(lake, warehouse)], "audit_findings")
     lake.overwrite(audit, warehouse.path("audit_findings"),
                    partitions=[{"rule": rule} for rule in ANALYTICS_RULES], metadata=metadata)
     errors = table_rows(warehouse.path("decode_errors"))

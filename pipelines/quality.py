@@ -78,7 +78,7 @@ def quality(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
     """Run the gate and write its tables; the report counts the failures that block."""
     import great_expectations as gx
 
-    from pipelines.jobs import RunReport, rows_frame
+    from pipelines.jobs import RunReport, rows_table
     from sharestate.lake import open_lake
 
     started = time.monotonic()
@@ -88,9 +88,9 @@ def quality(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
     gate = run_gate(spark, warehouse.root, config, run_id=run_id, tables=tables,
                     docs_dir=warehouse.root / DOCS if docs else None)
     metadata = {"run": run_id, "job": "quality"}
-    lake.append(rows_frame(spark, result_rows(gate, gx.__version__), RESULTS),
+    lake.append(rows_table(result_rows(gate, gx.__version__), RESULTS),
                 warehouse.path(RESULTS), metadata=metadata)
-    lake.overwrite(rows_frame(spark, audit_rows(gate), AUDIT), warehouse.path(AUDIT),
+    lake.overwrite(rows_table(audit_rows(gate), AUDIT), warehouse.path(AUDIT),
                    partitions=[{"rule": RULE}], metadata=metadata)
     report = RunReport("quality", run_id, rows={RESULTS: len(gate.results)},
                        findings=len(gate.failed()))

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -16,6 +17,7 @@ from pyspark.sql import functions as F
 
 from pipelines.session import build_session
 from sharestate.lake import Lake, delta_classes_loaded, open_lake, register_views
+from sharestate.lake.base import as_frame
 
 SCHEMA = ("topic string not null, partition int not null, offset bigint not null, "
           "timestamp bigint, day date, key binary, value binary")
@@ -228,3 +230,32 @@ def test_register_views_exposes_every_table(spark: SparkSession, lake: Lake,
     counts = spark.sql("SELECT (SELECT count(*) FROM log_records), "
                        "(SELECT count(*) FROM gold_redelivery)").collect()[0]
     assert tuple(counts) == (4, 2)
+
+
+def test_arrow_rows_are_written_on_the_driver_like_a_frame(spark: SparkSession, lake: Lake,
+                                                           tmp_path: Path) -> None:
+    """Bookkeeping rows held on the driver (an Arrow table) write the same table as a
+    DataFrame of them, without a Spark job; the jvm backend converts them (`as_frame`)."""
+    data = rows("a", 0, range(0, 20)) + rows("b", 1, range(5, 9))
+    arrow = frame(spark, data).toArrow()
+    shuffled = arrow.select(list(reversed(arrow.column_names)))  # columns go by name
+    by_frame, by_arrow = new_table(lake, tmp_path / "f"), new_table(lake, tmp_path / "a")
+    lake.append(frame(spark, data), by_frame)
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup()
+    lake.append(shuffled, by_arrow)
+    lake.overwrite(shuffled.filter(pc.equal(shuffled["topic"], "b")), by_arrow,
+                   partitions=[{"topic": "b"}])
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup() == jobs
+    assert content(lake.read(by_arrow)) == content(lake.read(by_frame)) == sorted(data)
+    assert {f.partition_values["topic"] for f in lake.active_files(by_arrow) or []} == \
+        {f.partition_values["topic"] for f in lake.active_files(by_frame) or []} == {"a", "b"}
+    with pytest.raises(ValueError, match=r"missing columns \['day'\]"):
+        lake.append(arrow.drop_columns(["day"]), by_arrow)
+    with pytest.raises(ValueError, match="does not match the table"):
+        lake.append(arrow.set_column(2, "offset", pa.array(["x"] * len(arrow))), by_arrow)
+    with pytest.raises(ValueError, match=r"does not match the table: .*'offset' with null"):
+        lake.append(arrow.set_column(2, "offset", pa.nulls(len(arrow), pa.int64())), by_arrow)
+    assert lake.version(by_arrow) == 2
+    converted = as_frame(spark, shuffled, lake.schema(by_arrow))
+    assert converted.columns == lake.read(by_arrow).columns
+    assert content(converted) == sorted(data)

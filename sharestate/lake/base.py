@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 import pyarrow as pa
 
@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 TablePath = str | Path
+Rows: TypeAlias = "DataFrame | pa.Table"
+"""What a write takes: a DataFrame, or a small Arrow table held on the driver (bookkeeping
+rows: no Spark job where the backend can write it directly)."""
 
 
 @dataclass(frozen=True)
@@ -66,11 +69,11 @@ class Lake(ABC):
         """
 
     @abstractmethod
-    def append(self, df: DataFrame, path: TablePath, *, metadata: Any = None) -> int:
+    def append(self, df: Rows, path: TablePath, *, metadata: Any = None) -> int:
         """Append the rows of `df` (columns matched by name) in one commit."""
 
     @abstractmethod
-    def overwrite(self, df: DataFrame, path: TablePath, *,
+    def overwrite(self, df: Rows, path: TablePath, *,
                   partitions: Sequence[PartitionSpec] | None = None,
                   metadata: Any = None) -> int:
         """Replace partitions with the rows of `df` in one commit (idempotent).
@@ -223,6 +226,29 @@ def check_same_table(path: TablePath, existing: StructType, existing_partitions:
     if columns(existing) != columns(schema) or list(existing_partitions) != list(partition_by):
         raise ValueError(f"a different table already exists at {path}: columns "
                          f"{columns(existing)} partitioned by {list(existing_partitions)}")
+
+
+def as_frame(spark: SparkSession, df: Rows, schema: StructType) -> DataFrame:
+    """`df` as a DataFrame of `schema` (an Arrow table is converted, columns by name)."""
+    if isinstance(df, pa.Table):
+        return spark.createDataFrame(conform_arrow(df, schema), schema)
+    return df
+
+
+def conform_arrow(rows: pa.Table, schema: StructType) -> pa.Table:
+    """`rows` with the table's columns in order and Spark's Arrow types for them."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    missing = sorted(set(schema.names) - set(rows.column_names))
+    extra = sorted(set(rows.column_names) - set(schema.names))
+    if missing or extra:
+        raise ValueError("data does not match the table: "
+                         + "; ".join(([f"missing columns {missing}"] if missing else [])
+                                     + ([f"unknown columns {extra}"] if extra else [])))
+    try:
+        return rows.select(schema.names).cast(to_arrow_schema(schema))
+    except (ValueError, pa.ArrowNotImplementedError) as exc:  # ArrowInvalid is a ValueError
+        raise ValueError(f"data does not match the table: {exc}") from None
 
 
 def conform(df: DataFrame, schema: StructType) -> DataFrame:

@@ -1,11 +1,11 @@
 """Executor side of the `rs` backend: write a task's rows as Parquet data files.
 
-`write_data_files` is the body of a `mapInArrow` call. It writes each partition value's rows
-of the task to one file under `<table>/<column>=<value>/...` (partition columns are left out
-of the files, as Delta wants), and yields one row per file (`FILE_ROW_DDL`) from which the
-driver builds the add actions of a single commit. A failed task removes what it wrote; a
-file no commit names is never read, so retries and speculative copies leave no trace in the
-table.
+`write_data_files` is the body of a `mapInArrow` call (or runs on the driver for rows held
+there). It writes each partition value's rows of the task to one file under
+`<table>/<column>=<value>/...` (partition columns are left out of the files, as Delta
+wants), and yields one row per file (`FILE_ROWS`) from which the driver builds the add
+actions of a single commit. A failed task removes what it wrote; a file no commit names is
+never read, so retries and speculative copies leave no trace in the table.
 """
 
 from __future__ import annotations
@@ -23,13 +23,10 @@ import pyarrow.parquet as pq
 from sharestate.lake.partitions import partition_folder, partition_string
 from sharestate.lake.stats import FileStats
 
-FILE_ROW_DDL = ("path string, size bigint, modification_time bigint, "
-                "partition_values string, stats string")
+FILE_ROWS = pa.schema([("path", pa.string()), ("size", pa.int64()),
+                       ("modification_time", pa.int64()),
+                       ("partition_values", pa.string()), ("stats", pa.string())])
 """What `write_data_files` yields per file: path relative to the table, unescaped."""
-
-_FILE_ROW_SCHEMA = pa.schema([("path", pa.string()), ("size", pa.int64()),
-                              ("modification_time", pa.int64()),
-                              ("partition_values", pa.string()), ("stats", pa.string())])
 
 
 @dataclass(frozen=True)
@@ -156,7 +153,7 @@ class TableFiles:
                     raise ValueError(f"column {column!r} is NOT NULL but the data holds nulls")
 
     def close(self) -> list[dict[str, object]]:
-        """Close every file; their rows (`FILE_ROW_DDL`)."""
+        """Close every file; their rows (`FILE_ROWS`)."""
         for file in self.files.values():
             file.close()
         rows_out: list[dict[str, object]] = []
@@ -189,13 +186,11 @@ def write_data_files(batches: Iterator[pa.RecordBatch], *, root: str,
     except BaseException:
         files.abort()
         raise
-    yield pa.RecordBatch.from_pylist(files.close(), schema=_FILE_ROW_SCHEMA)
+    yield pa.RecordBatch.from_pylist(files.close(), schema=FILE_ROWS)
 
 
-MANY_FILE_ROW_DDL = "table string, " + FILE_ROW_DDL
-"""What `write_many_data_files` yields per file: `FILE_ROW_DDL` plus the table's name."""
-
-_MANY_FILE_ROW_SCHEMA = pa.schema([("table", pa.string()), *_FILE_ROW_SCHEMA])
+MANY_FILE_ROWS = pa.schema([("table", pa.string()), *FILE_ROWS])
+"""What `write_many_data_files` yields per file: `FILE_ROWS` plus the table's name."""
 
 
 @dataclass(frozen=True)
@@ -213,7 +208,7 @@ def write_many_data_files(batches: Iterator[pa.RecordBatch], *,
                                             Iterator[tuple[str, pa.RecordBatch]]],
                           targets: Mapping[str, TableTarget]) -> Iterator[pa.RecordBatch]:
     """Run `produce` over a task's input and write each (table, rows) it yields into that
-    table's folder; yield one row per file (`MANY_FILE_ROW_DDL`). All or nothing per task."""
+    table's folder; yield one row per file (`MANY_FILE_ROWS`). All or nothing per task."""
     files = {name: TableFiles(t.root, t.partition_by, t.not_null) for name, t in targets.items()}
     try:
         for name, rows in produce(batches):
@@ -225,4 +220,4 @@ def write_many_data_files(batches: Iterator[pa.RecordBatch], *,
         raise
     out = [{"table": name, **row} for name, table_files in files.items()
            for row in table_files.close()]
-    yield pa.RecordBatch.from_pylist(out, schema=_MANY_FILE_ROW_SCHEMA)
+    yield pa.RecordBatch.from_pylist(out, schema=MANY_FILE_ROWS)

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 from sharestate.lake.base import (
     Commit,
     Lake,
+    Rows,
     TablePath,
+    as_frame,
     check_partition_columns,
     check_same_table,
     conform,
@@ -65,11 +67,11 @@ class JvmLake(Lake):
         builder.execute()
         return self.version(path)
 
-    def append(self, df: DataFrame, path: TablePath, *, metadata: Any = None) -> int:
+    def append(self, df: Rows, path: TablePath, *, metadata: Any = None) -> int:
         self._writer(df, path, "append", metadata).save(_root(path))
         return self.version(path)
 
-    def overwrite(self, df: DataFrame, path: TablePath, *,
+    def overwrite(self, df: Rows, path: TablePath, *,
                   partitions: Sequence[PartitionSpec] | None = None,
                   metadata: Any = None) -> int:
         partition_by = self.partition_columns(path)
@@ -117,9 +119,11 @@ class JvmLake(Lake):
 
         return DeltaTable.forPath(self.spark, _root(path))
 
-    def _writer(self, df: DataFrame, path: TablePath, mode: str, metadata: Any
+    def _writer(self, df: Rows, path: TablePath, mode: str, metadata: Any
                 ) -> DataFrameWriter:
-        writer = conform(df, self.schema(path)).write.format("delta").mode(mode)
+        schema = self.schema(path)
+        writer = conform(as_frame(self.spark, df, schema), schema).write.format("delta") \
+            .mode(mode)
         if (user_metadata := metadata_json(metadata)) is not None:
             writer = writer.option("userMetadata", user_metadata)
         return writer

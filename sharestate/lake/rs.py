@@ -35,18 +35,20 @@ from sharestate.lake.base import (
     Commit,
     Lake,
     Produce,
+    Rows,
     TablePath,
     Target,
     check_partition_columns,
     check_same_table,
     conform,
+    conform_arrow,
     metadata_json,
     parse_metadata,
     parse_schema,
 )
 from sharestate.lake.data_files import (
-    FILE_ROW_DDL,
-    MANY_FILE_ROW_DDL,
+    FILE_ROWS,
+    MANY_FILE_ROWS,
     DataFile,
     TableTarget,
     write_data_files,
@@ -96,12 +98,12 @@ class RsLake(Lake):
                                   raise_if_key_not_exists=False)
         return int(table.version())
 
-    def append(self, df: DataFrame, path: TablePath, *, metadata: Any = None) -> int:
+    def append(self, df: Rows, path: TablePath, *, metadata: Any = None) -> int:
         table = self._table(path)
         files = self._write(df, table, _root(path))
         return self._commit(table, files, [], metadata, {})
 
-    def overwrite(self, df: DataFrame, path: TablePath, *,
+    def overwrite(self, df: Rows, path: TablePath, *,
                   partitions: Sequence[PartitionSpec] | None = None,
                   metadata: Any = None) -> int:
         table = self._table(path)
@@ -120,7 +122,7 @@ class RsLake(Lake):
                 tuple(f.name for f in schema.fields if not f.nullable),
                 tuple(schema.names))
         task = functools.partial(write_many_data_files, produce=produce, targets=plans)
-        rows = df.mapInArrow(task, MANY_FILE_ROW_DDL).collect()
+        rows = df.mapInArrow(task, _struct(MANY_FILE_ROWS)).collect()
         written: dict[str, list[DataFile]] = {name: [] for name in targets}
         for row in rows:
             values = row.asDict()
@@ -194,14 +196,18 @@ class RsLake(Lake):
             raise FileNotFoundError(f"no Delta table at {path}; create it first")
         return DeltaTable(_root(path))
 
-    def _write(self, df: DataFrame, table: DeltaTable, root: str) -> list[DataFile]:
-        """Run the Spark job that writes `df` as data files of `table` (folder `root`)."""
+    def _write(self, df: Rows, table: DeltaTable, root: str) -> list[DataFile]:
+        """Write `df` as data files of `table` (folder `root`): a DataFrame by a Spark job,
+        an Arrow table here on the driver."""
         schema = _spark_schema(table)
         task = functools.partial(
             write_data_files, root=root,
             partition_by=list(table.metadata().partition_columns),
             not_null=[field.name for field in schema.fields if not field.nullable])
-        rows = conform(df, schema).mapInArrow(task, FILE_ROW_DDL).collect()
+        if isinstance(df, pa.Table):
+            written = task(iter(conform_arrow(df, schema).to_batches()))
+            return [DataFile.from_row(row) for batch in written for row in batch.to_pylist()]
+        rows = conform(df, schema).mapInArrow(task, _struct(FILE_ROWS)).collect()
         return [DataFile.from_row(row.asDict()) for row in rows]
 
     def _removals(self, table: DeltaTable, specs: Sequence[Mapping[str, str | None]]
@@ -232,6 +238,13 @@ class RsLake(Lake):
             commit_properties=CommitProperties(custom_metadata=custom))
         table.update_incremental()
         return int(table.version())
+
+
+def _struct(schema: pa.Schema) -> StructType:
+    """An Arrow schema as Spark's (a job's output schema without a JVM DDL parse)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
 
 
 def _spark_schema(table: DeltaTable) -> StructType:
