@@ -85,7 +85,6 @@ DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
 
-
 class SettingError(ValueError):
     """A bad setting (conf file, `spark.sharestate.*` value): the caller's bad argument."""
 
