@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 SETTING = "spark.sharestate.classArchive"
@@ -76,7 +77,7 @@ def archive_path() -> Path | None:
     return cache / f"spark-{pyspark.__version__}-classes-{key[:16]}.jsa"
 
 
-def java_options(settings: dict[str, str]) -> str | None:
+def java_options(settings: Mapping[str, str]) -> str | None:
     """`spark.driver.extraJavaOptions` with the archive mapped, or None when it does not
     apply (switched off, missing, or the options name an archive already)."""
     current = settings.get(JAVA_OPTIONS, "")

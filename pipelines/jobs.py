@@ -532,10 +532,11 @@ def analytics(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
             for r in lake.read_arrow(warehouse.path("share_partition_state"), [
                 "group_id", "topic_id", "partition", "state_partition"]).to_pylist()}
     rows = list(cross_topic_rows(share_metadata, keys))
-    audit = rows_table([*rows, *_decode_error_findings(lake, warehouse)], "audit_findings")
+    decode_findings = _decode_error_findings(lake, warehouse)
+    audit = rows_table([*rows, *decode_findings], "audit_findings")
     lake.overwrite(audit, warehouse.path("audit_findings"),
                    partitions=[{"rule": rule} for rule in ANALYTICS_RULES], metadata=metadata)
-    errors = table_rows(warehouse.path("decode_errors"))
+    errors = len(decode_findings)
     report.rows["audit_findings"] = len(rows) + errors
     report.findings = errors + sum(r["severity"] in ("warning", "error") for r in rows)
     report.seconds = time.monotonic() - started

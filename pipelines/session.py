@@ -194,7 +194,7 @@ def driver_java_options(settings: Mapping[str, str], quick_jit: bool) -> str | N
     """`spark.driver.extraJavaOptions` for a JVM this process starts: the class archive
     mapped and the JIT chosen (None: nothing to add). Options the user set win."""
     current = settings.get(class_archive.JAVA_OPTIONS, "")
-    options = class_archive.java_options(dict(settings)) or current
+    options = class_archive.java_options(settings) or current
     if driver_jit(settings, quick_jit) == "quick" and "Tiered" not in current:
         options = f"{options} {QUICK_JIT}".strip()
     return options if options != current else None
