@@ -11,7 +11,7 @@ PYSPARK_CHECK := import importlib.metadata as m, pyspark; \
 	assert len(set(v.values())) == 1 and pyspark.__version__.startswith("4.2."), "pyspark-client must be the release of pyspark"
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-airflow demo test lint bench docs clean
+.PHONY: help install install-airflow jars demo test lint bench docs clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -39,10 +39,13 @@ $(AIRFLOW_STAMP): pyproject.toml
 
 install-airflow: $(AIRFLOW_STAMP) ## install also Airflow 3 + the Spark provider (the DAG in airflow/ and its tests)
 
+jars: ## fetch the pinned jars (Kafka brokers and tools, Delta) from Maven Central into the cache
+	$(PYTHON) -m sharestate.jars fetch
+
 demo: $(STAMP) ## run the main job on the embedded default (local Spark, Delta on local disk, simulated logs)
 	$(BIN)/sharestate demo
 
-test: $(AIRFLOW_STAMP) ## run the whole test suite (installs the airflow extra too)
+test: $(AIRFLOW_STAMP) jars ## run the whole test suite (installs the airflow extra too, fetches the jars)
 	$(BIN)/python -m pytest -q
 
 lint: $(AIRFLOW_STAMP) ## ruff and mypy (mypy checks the DAG too: needs the airflow extra)

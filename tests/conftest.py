@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kafka_broker import RELEASES, KafkaBroker, running_broker
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE_ENV = "SHARESTATE_CONFORMANCE_DIR"
@@ -31,3 +33,10 @@ def conformance_dir(name: str | None = None) -> Path:
     if not folder.is_dir():
         pytest.skip(f"conformance fixture set {name!r} not found under {root}")
     return folder
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """The judge: one Kafka 4.3.1 broker (KRaft, share groups on) for the whole session."""
+    with running_broker(RELEASES["4.3"], tmp_path_factory.mktemp("kafka-4.3")) as broker:
+        yield broker
