@@ -28,9 +28,10 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from sharestate.jars import user_cache
+
 SETTING = "spark.sharestate.classArchive"
 """`auto` (default: use the archive when it exists) or `off`."""
-CACHE_ENV = "SHARESTATE_CACHE_DIR"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 _PID_LINE = "archiving-jvm"
 
@@ -70,11 +71,7 @@ def archive_path() -> Path | None:
                     for jar in jars.glob("*.jar"))
     key = hashlib.sha256(f"{pyspark.__version__}|{jars}|{stamps}|{home}|{build}".encode()
                          ).hexdigest()
-    if folder := os.environ.get(CACHE_ENV):
-        cache = Path(folder)
-    else:
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sharestate"
-    return cache / f"spark-{pyspark.__version__}-classes-{key[:16]}.jsa"
+    return user_cache() / f"spark-{pyspark.__version__}-classes-{key[:16]}.jsa"
 
 
 def java_options(settings: Mapping[str, str]) -> str | None:

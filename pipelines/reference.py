@@ -101,8 +101,8 @@ def _spark() -> Iterator[str]:
 
 
 def _environment() -> Iterator[str]:
-    from pipelines.class_archive import CACHE_ENV
     from pipelines.session import CONF_FILE_ENV
+    from sharestate.jars import CACHE_ENV
     from sharestate.native import PURE_PYTHON_ENV
     from sharestate.quality.config import CONF_ENV
     from sharestate.sources.kafka_options import ENV_PREFIX
@@ -112,8 +112,9 @@ def _environment() -> Iterator[str]:
     for name, what in (
             (CONF_FILE_ENV, "Spark conf file replacing `conf/spark-defaults.conf`"),
             (CONF_ENV, "quality settings file replacing `conf/quality.toml`"),
-            (CACHE_ENV, "folder of the Spark class archive (default "
-             "`$XDG_CACHE_HOME/sharestate`, else `~/.cache/sharestate`)"),
+            (CACHE_ENV, "cache folder of the Spark class archive and of the jars `make jars` "
+             "fetches (`jars/`); default `$XDG_CACHE_HOME/sharestate`, else "
+             "`~/.cache/sharestate`"),
             (f"{ENV_PREFIX}<PROPERTY>", "a client setting of a `kafka://` source, e.g. "
              f"`{ENV_PREFIX}SASL_PASSWORD` for `sasl.password`: secrets stay out of "
              "arguments, logs and tables"),

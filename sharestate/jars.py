@@ -3,8 +3,8 @@
 Each set (a Kafka broker release, Kafka's tools, Delta Lake for the `jvm` backend) is
 resolved once with Maven into `sharestate/jars.lock` — every jar with its SHA-256 — and
 that lock is committed. `python -m sharestate.jars fetch` (`make jars`) downloads exactly
-those files into the cache (`$SHARESTATE_CACHE_DIR/jars`, default
-`~/.cache/sharestate/jars`, Maven's directory layout), checking Maven Central's `.sha1`
+those files into `jars/` of the user's cache folder (`user_cache()`, Maven's directory
+layout), checking Maven Central's `.sha1`
 and the lock's SHA-256 before a file is moved into place; nothing is fetched at run time.
 `python -m sharestate.jars lock` re-resolves the sets (needs `mvn`) after a change of
 `SETS`. Standard library only: it runs before the project is installed.
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
+CACHE_ENV = "SHARESTATE_CACHE_DIR"
 LOCK_FILE = Path(__file__).with_name("jars.lock")
 
 # The roots of each set; Maven resolves their runtime dependencies into the lock.
@@ -115,10 +116,17 @@ class FetchError(RuntimeError):
     """A download failed or its checksum did not match."""
 
 
+def user_cache() -> Path:
+    """sharestate's cache folder: `$SHARESTATE_CACHE_DIR`, else `$XDG_CACHE_HOME/sharestate`,
+    else `~/.cache/sharestate`."""
+    if folder := os.environ.get(CACHE_ENV):
+        return Path(folder).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sharestate"
+
+
 def cache_dir() -> Path:
-    """Where jars are kept: `$SHARESTATE_CACHE_DIR/jars`, default `~/.cache/sharestate/jars`."""
-    base = os.environ.get("SHARESTATE_CACHE_DIR") or str(Path.home() / ".cache" / "sharestate")
-    return Path(base).expanduser() / "jars"
+    """Where jars are kept: `jars/` in the user's cache folder."""
+    return user_cache() / "jars"
 
 
 def read_lock(path: Path = LOCK_FILE) -> dict[str, tuple[Jar, ...]]:

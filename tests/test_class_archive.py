@@ -10,11 +10,12 @@ import pytest
 
 from pipelines import class_archive
 from pipelines.session import REPO_ROOT
+from sharestate import jars
 
 
 def test_options_name_the_archive_only_when_it_exists_and_is_wanted(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(class_archive.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(jars.CACHE_ENV, str(tmp_path))
     path = class_archive.archive_path()
     if path is None:
         pytest.skip("this Java cannot map a dynamic class archive (Java 13+ needed)")
