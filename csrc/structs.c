@@ -372,7 +372,16 @@ static PyObject *read_layout(Layout *layout, Reader *r) {
                 continue;
             }
             Reader sub = { r->data, start, start + (Py_ssize_t)size };
-            PyObject *v = read_slot(slot, &sub);
+            PyObject *v;
+            if (slot->kind == K_STRUCT && slot->nullable) {
+                /* tagged nullable struct: unsigned-varint presence marker, 0 = null */
+                long long present;
+                if (uvarint(&sub, &present) < 0) goto fail_unknown;
+                if (present == 0) { Py_INCREF(Py_None); v = Py_None; }
+                else v = read_layout(slot->layout, &sub);
+            } else {
+                v = read_slot(slot, &sub);
+            }
             if (!v) goto fail_unknown;
             PyObject *old = PyTuple_GET_ITEM(values, slot->index);
             PyTuple_SET_ITEM(values, slot->index, v);

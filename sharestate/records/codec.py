@@ -152,13 +152,24 @@ def _read_struct(layout: StructLayout, reader: _Reader) -> tuple[Any, ...]:
                 unknown.append((tag, bytes(reader.data[start:start + size])))
                 continue
             sub = _Reader(reader.data, start, start + size)
-            values[tagged_slot.index] = _read_slot(tagged_slot, sub)
+            values[tagged_slot.index] = _read_tagged(tagged_slot, sub)
             if sub.pos != start + size:
                 raise DecodeError(f"tagged field {tag} has {start + size - sub.pos} extra bytes",
                                   sub.pos)
         if unknown:
             values[layout.width] = tuple(unknown)
     return tuple(values)
+
+
+def _read_tagged(slot: Slot, reader: _Reader) -> Any:
+    """A tagged field's data: encoded as the field is elsewhere, except that a nullable
+    struct starts with an unsigned-varint presence marker (0: null) instead of an int8.
+    Kafka writes such a null explicitly (e.g. ConsumerGroupMemberMetadataValue's
+    ClassicMemberMetadata of a member that never spoke the classic protocol)."""
+    if slot.kind == Kind.STRUCT and slot.nullable:
+        assert slot.struct is not None
+        return None if reader.uvarint() == 0 else _read_struct(slot.struct, reader)
+    return _read_slot(slot, reader)
 
 
 def _read_slot(slot: Slot, reader: _Reader) -> Any:
@@ -236,7 +247,13 @@ def _write_struct(layout: StructLayout, values: tuple[Any, ...], out: bytearray)
         if value == slot.default:
             continue
         buf = bytearray()
-        _write_slot(slot, value, buf)
+        if slot.kind == Kind.STRUCT and slot.nullable:
+            _uvarint(0 if value is None else 1, buf)
+            if value is not None:
+                assert slot.struct is not None
+                _write_struct(slot.struct, value, buf)
+        else:
+            _write_slot(slot, value, buf)
         entries.append((tag, bytes(buf)))
     unknown = values[layout.width] if len(values) > layout.width else None
     if unknown:

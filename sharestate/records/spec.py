@@ -293,8 +293,14 @@ def _compile_slot(index: int, spec: FieldSpec, schema: Schema, version: int,
                     flexible=slot_flexible)
     nested = _struct_fields(spec, spec.type, schema)
     layout = _compile_fields(spec.type, nested, schema, version, flexible)
-    return Slot(index, spec.snake, Kind.STRUCT, nullable, _default_for(spec, Kind.STRUCT),
-                struct=layout, flexible=slot_flexible)
+    default = _default_for(spec, Kind.STRUCT)
+    if _contains(spec.tagged, version):
+        # Kafka's generated code reads an absent tagged struct as an empty struct, whatever
+        # the schema's default, and writes the tag whenever the value differs from that
+        # (so a null is written, and printed, explicitly).
+        default = (*layout.defaults, None)
+    return Slot(index, spec.snake, Kind.STRUCT, nullable, default, struct=layout,
+                flexible=slot_flexible)
 
 
 def _compile_element(spec: FieldSpec, element_type: str, schema: Schema, version: int,
