@@ -157,6 +157,7 @@ class KafkaBroker:
     broker_port: int = 0
     controller_port: int = 0
     process: subprocess.Popen[bytes] | None = None
+    settings: dict[str, str] = field(default_factory=dict)
 
     @property
     def log_dirs(self) -> Path:
@@ -169,6 +170,14 @@ class KafkaBroker:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.broker_port}"
+
+    @property
+    def lock_duration_s(self) -> float:
+        return int(self.settings["group.share.record.lock.duration.ms"]) / 1000
+
+    @property
+    def prune_interval_s(self) -> float:
+        return int(self.settings["share.coordinator.state.topic.prune.interval.ms"]) / 1000
 
     def java(self, jar_set: str, main: str, *args: str, log4j: Path | None = None,
              heap: str = "256m") -> list[str]:
@@ -205,18 +214,19 @@ class KafkaBroker:
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
         self.log_dirs.mkdir(parents=True, exist_ok=True)
         self.broker_port, self.controller_port = free_port(), free_port()
-        settings = broker_settings(self.release, self.log_dirs, self.broker_port,
-                                   self.controller_port) | dict(self.overrides)
+        self.settings = broker_settings(self.release, self.log_dirs, self.broker_port,
+                                        self.controller_port) | dict(self.overrides)
         config = self.workdir / "server.properties"
-        config.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+        config.write_text("".join(f"{key}={value}\n" for key, value in self.settings.items()))
         log4j = self.workdir / "log4j2.properties"
         log4j.write_text(LOG4J.format(log=self.server_log))
         (self.workdir / "tools-log4j2.properties").write_text(TOOLS_LOG4J)
+        # A random id may begin with "-": passed as --cluster-id=ID, not as an option.
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         version = self.release.share_version
         features = ["--feature", f"share.version={version}"] if version else []
         formatted = self.run(self.release.broker_set, "kafka.tools.StorageTool", "format",
-                             "-t", cluster_id, "-c", str(config), *features, check=False)
+                             f"--cluster-id={cluster_id}", "-c", str(config), *features, check=False)
         if formatted.returncode != 0:
             raise BrokerFailed(f"kafka-storage format failed:\n{formatted.stdout}"
                                f"{formatted.stderr}")
