@@ -226,7 +226,8 @@ class KafkaBroker:
         version = self.release.share_version
         features = ["--feature", f"share.version={version}"] if version else []
         formatted = self.run(self.release.broker_set, "kafka.tools.StorageTool", "format",
-                             f"--cluster-id={cluster_id}", "-c", str(config), *features, check=False)
+                             f"--cluster-id={cluster_id}", "-c", str(config), *features,
+                             check=False)
         if formatted.returncode != 0:
             raise BrokerFailed(f"kafka-storage format failed:\n{formatted.stdout}"
                                f"{formatted.stderr}")
