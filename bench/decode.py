@@ -64,7 +64,7 @@ def main() -> None:
     figures: dict[str, float | int | bool] = {
         "records": sharestate_framing(data),
         "bytes": len(data),
-        "native": native.module is not None,
+        "native": native.enabled(),
         "framing_records_per_s": round(ours),
         "peer_records_per_s": round(peer),
         "kafka_python_records_per_s": round(

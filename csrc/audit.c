@@ -1,12 +1,11 @@
-/* Native fast path of sharestate/analytics/audit.py: ShareAuditor.observe for the records
- * that raise no finding.
+/* Native fast path of sharestate/analytics/audit.py: `ShareAuditor.observe` (the Python
+ * twin, reached through `_decoded`) for the records that raise no finding.
  *
  * share_audit(seen, seen_type, key_type, records, decoded, slots, fallback) -> None
  *   seen      : ShareAuditor._seen, {ShareKey: _Seen}, updated in place
- *   seen_type : the _Seen NamedTuple class (max_leader_epoch, max_state_epoch, state_epoch,
- *               snapshot_epoch, start_offset)
+ *   seen_type : the _Seen NamedTuple class (SEEN_* in native.h)
  *   key_type  : the ShareKey NamedTuple class
- *   slots     : the value slot table share_apply reads ({type_id << 16 | version: ...})
+ *   slots     : the slot table share_apply reads ({id(kind): {version: ValueSlots}})
  *   fallback  : callable(record, decoded), ShareAuditor's per-record Python path
  * A decoded share-state record of a key already seen is applied here when no rule fires:
  * same state epoch and next snapshot epoch for a snapshot, no leader-epoch or SPSO
@@ -27,17 +26,15 @@ static int load_types(void) {
     return key_value_type ? 0 : -1;
 }
 
-enum { MAX_LEADER, MAX_STATE, STATE_EPOCH, SNAPSHOT_EPOCH, START, SEEN_FIELDS };
-
 /* *out = the int at values[index]; 0 ok, -1 error (or not an int). */
 static int int_at(PyObject *values, long index, long long *out) {
     *out = PyLong_AsLongLong(PyTuple_GET_ITEM(values, index));
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
-static PyObject *seen_of(PyObject *type, PyObject *items[SEEN_FIELDS]) {
-    PyObject *seen = ((PyTypeObject *)type)->tp_alloc((PyTypeObject *)type, SEEN_FIELDS);
-    for (int i = 0; i < SEEN_FIELDS; i++) {
+static PyObject *seen_of(PyObject *type, PyObject *items[SEEN_SIZE]) {
+    PyObject *seen = ((PyTypeObject *)type)->tp_alloc((PyTypeObject *)type, SEEN_SIZE);
+    for (int i = 0; i < SEEN_SIZE; i++) {
         if (seen) PyTuple_SET_ITEM(seen, i, items[i]);
         else Py_XDECREF(items[i]);
     }
@@ -51,36 +48,43 @@ static PyObject *larger(PyObject *a, long long va, PyObject *b, long long vb) {
 /* 1 applied, 0 not taken (fall back), -1 error. */
 static int audit_one(PyObject *seen, PyObject *seen_type, PyObject *key_type,
                      PyObject *decoded, PyObject *slot_table) {
-    PyObject *type_id = PyTuple_GET_ITEM(decoded, 0);
-    PyObject *key_values = PyTuple_GET_ITEM(decoded, 2), *version = PyTuple_GET_ITEM(decoded, 3);
-    PyObject *values = PyTuple_GET_ITEM(decoded, 4);
+    PyObject *kind = PyTuple_GET_ITEM(decoded, KV_KIND);
+    PyObject *key_values = PyTuple_GET_ITEM(decoded, KV_KEY);
+    PyObject *version = PyTuple_GET_ITEM(decoded, KV_VALUE_VERSION);
+    PyObject *values = PyTuple_GET_ITEM(decoded, KV_VALUE);
     if (values == Py_None || version == Py_None) return 0;
-    PyObject *slots = native_value_slots(slot_table, type_id, version);
+    PyObject *slots = native_value_slots(slot_table, kind, version);
     if (!slots) return PyErr_Occurred() ? -1 : 0;
 
-    PyObject *key = ((PyTypeObject *)key_type)->tp_alloc((PyTypeObject *)key_type, 3);
+    /* The key struct's first fields are the ShareKey's (native_slots checks the layouts). */
+    PyObject *key = ((PyTypeObject *)key_type)->tp_alloc((PyTypeObject *)key_type, SHARE_KEY_SIZE);
     if (!key) return -1;
-    for (int i = 0; i < 3; i++) PyTuple_SET_ITEM(key, i, Py_NewRef(PyTuple_GET_ITEM(key_values, i)));
+    for (int i = 0; i < SHARE_KEY_SIZE; i++) {
+        PyTuple_SET_ITEM(key, i, Py_NewRef(PyTuple_GET_ITEM(key_values, i)));
+    }
     int rc = -1;
     PyObject *prev = PyDict_GetItemWithError(seen, key);
     if (!prev) { rc = PyErr_Occurred() ? -1 : 0; goto done; }
 
     long long leader, start, max_leader, prev_start, snapshot_epoch, prev_snapshot_epoch;
-    long li = native_slot(slots, 3), si = native_slot(slots, 4), sni = native_slot(slots, 1);
+    long li = native_slot(slots, VALUE_SLOT_LEADER_EPOCH);
+    long si = native_slot(slots, VALUE_SLOT_START_OFFSET);
+    long sni = native_slot(slots, VALUE_SLOT_SNAPSHOT_EPOCH);
     if (int_at(values, li, &leader) < 0 || int_at(values, si, &start) < 0
         || int_at(values, sni, &snapshot_epoch) < 0
-        || int_at(prev, MAX_LEADER, &max_leader) < 0 || int_at(prev, START, &prev_start) < 0
-        || int_at(prev, SNAPSHOT_EPOCH, &prev_snapshot_epoch) < 0) goto done;
+        || int_at(prev, SEEN_MAX_LEADER_EPOCH, &max_leader) < 0
+        || int_at(prev, SEEN_START_OFFSET, &prev_start) < 0
+        || int_at(prev, SEEN_SNAPSHOT_EPOCH, &prev_snapshot_epoch) < 0) goto done;
     /* epoch_regression (leader) and spso_regression are findings: the Python path. */
     if ((leader != -1 && leader < max_leader)
         || (start != -1 && prev_start != -1 && start < prev_start)) { rc = 0; goto done; }
     PyObject *leader_obj = PyTuple_GET_ITEM(values, li);
-    PyObject *max_leader_obj = larger(PyTuple_GET_ITEM(prev, MAX_LEADER), max_leader,
+    PyObject *max_leader_obj = larger(PyTuple_GET_ITEM(prev, SEEN_MAX_LEADER_EPOCH), max_leader,
                                       leader_obj, leader);
-    PyObject *items[SEEN_FIELDS];
-    if (PyObject_IsTrue(PyTuple_GET_ITEM(slots, 0))) {
-        long sei = native_slot(slots, 2);
-        PyObject *prev_state = PyTuple_GET_ITEM(prev, STATE_EPOCH);
+    PyObject *items[SEEN_SIZE];
+    if (PyObject_IsTrue(PyTuple_GET_ITEM(slots, VALUE_SLOT_IS_SNAPSHOT))) {
+        long sei = native_slot(slots, VALUE_SLOT_STATE_EPOCH);
+        PyObject *prev_state = PyTuple_GET_ITEM(prev, SEEN_STATE_EPOCH);
         long long state_epoch, prev_state_epoch;
         /* A snapshot is quiet only in the same state epoch, with the next snapshot epoch. */
         if (sei < 0 || prev_state == Py_None || snapshot_epoch != prev_snapshot_epoch + 1) {
@@ -88,33 +92,34 @@ static int audit_one(PyObject *seen, PyObject *seen_type, PyObject *key_type,
             rc = 0;
             goto done;
         }
-        if (int_at(values, sei, &state_epoch) < 0 || int_at(prev, STATE_EPOCH, &prev_state_epoch) < 0) {
+        if (int_at(values, sei, &state_epoch) < 0
+            || int_at(prev, SEEN_STATE_EPOCH, &prev_state_epoch) < 0) {
             Py_DECREF(max_leader_obj);
             goto done;
         }
         if (state_epoch != prev_state_epoch) { Py_DECREF(max_leader_obj); rc = 0; goto done; }
         PyObject *state_obj = PyTuple_GET_ITEM(values, sei);
-        PyObject *prev_max_state = PyTuple_GET_ITEM(prev, MAX_STATE);
+        PyObject *prev_max_state = PyTuple_GET_ITEM(prev, SEEN_MAX_STATE_EPOCH);
         PyObject *max_state;
         if (prev_max_state == Py_None) {
             max_state = Py_NewRef(state_obj);
         } else {
             long long pm;
-            if (int_at(prev, MAX_STATE, &pm) < 0) { Py_DECREF(max_leader_obj); goto done; }
+            if (int_at(prev, SEEN_MAX_STATE_EPOCH, &pm) < 0) { Py_DECREF(max_leader_obj); goto done; }
             max_state = larger(prev_max_state, pm, state_obj, state_epoch);
         }
-        items[MAX_LEADER] = max_leader_obj;
-        items[MAX_STATE] = max_state;
-        items[STATE_EPOCH] = Py_NewRef(state_obj);
-        items[SNAPSHOT_EPOCH] = Py_NewRef(PyTuple_GET_ITEM(values, sni));
-        items[START] = Py_NewRef(PyTuple_GET_ITEM(values, si));
+        items[SEEN_MAX_LEADER_EPOCH] = max_leader_obj;
+        items[SEEN_MAX_STATE_EPOCH] = max_state;
+        items[SEEN_STATE_EPOCH] = Py_NewRef(state_obj);
+        items[SEEN_SNAPSHOT_EPOCH] = Py_NewRef(PyTuple_GET_ITEM(values, sni));
+        items[SEEN_START_OFFSET] = Py_NewRef(PyTuple_GET_ITEM(values, si));
     } else {
-        items[MAX_LEADER] = max_leader_obj;
-        items[MAX_STATE] = Py_NewRef(PyTuple_GET_ITEM(prev, MAX_STATE));
-        items[STATE_EPOCH] = Py_NewRef(PyTuple_GET_ITEM(prev, STATE_EPOCH));
-        items[SNAPSHOT_EPOCH] = Py_NewRef(PyTuple_GET_ITEM(prev, SNAPSHOT_EPOCH));
-        items[START] = Py_NewRef(start == -1 ? PyTuple_GET_ITEM(prev, START)
-                                             : PyTuple_GET_ITEM(values, si));
+        items[SEEN_MAX_LEADER_EPOCH] = max_leader_obj;
+        items[SEEN_MAX_STATE_EPOCH] = Py_NewRef(PyTuple_GET_ITEM(prev, SEEN_MAX_STATE_EPOCH));
+        items[SEEN_STATE_EPOCH] = Py_NewRef(PyTuple_GET_ITEM(prev, SEEN_STATE_EPOCH));
+        items[SEEN_SNAPSHOT_EPOCH] = Py_NewRef(PyTuple_GET_ITEM(prev, SEEN_SNAPSHOT_EPOCH));
+        items[SEEN_START_OFFSET] = Py_NewRef(start == -1 ? PyTuple_GET_ITEM(prev, SEEN_START_OFFSET)
+                                                         : PyTuple_GET_ITEM(values, si));
     }
     PyObject *next = seen_of(seen_type, items);
     if (!next) goto done;
@@ -143,8 +148,9 @@ PyObject *native_share_audit(PyObject *self, PyObject *const *args, Py_ssize_t n
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PyList_GET_ITEM(decoded, i);
         if (!Py_IS_TYPE(item, (PyTypeObject *)key_value_type)
-            || PyTuple_GET_ITEM(item, 5) != Py_None || PyTuple_GET_ITEM(item, 1) == Py_None
-            || PyTuple_GET_ITEM(item, 2) == Py_None) {
+            || PyTuple_GET_ITEM(item, KV_ERROR) != Py_None
+            || PyTuple_GET_ITEM(item, KV_KIND) == Py_None
+            || PyTuple_GET_ITEM(item, KV_KEY) == Py_None) {
             continue;
         }
         int rc = audit_one(args[0], args[1], args[2], item, args[5]);

@@ -1,10 +1,10 @@
 /* Native twin of sharestate/tables/columns.py `flatten_batches_py`: the state batches of many
  * states as flat little-endian buffers for an Arrow list<struct> column.
  *
- * flatten_batches(states, item=7) -> (offsets int32[n+1], first int64[m], last int64[m],
- *                                      state int32[m], count int32[m], valid uint8[n])
+ * flatten_batches(states, item=STATE_BATCHES) -> (offsets int32[n+1], first int64[m],
+ *     last int64[m], state int32[m], count int32[m], valid uint8[n])
  * `states` is a sequence whose items are None (a null list) or tuples whose item `item` is
- * the batch tuple of (first, last, state, count, ...).
+ * a tuple of batches, each a tuple starting with a StateBatch's fields.
  */
 #include "native.h"
 
@@ -19,10 +19,24 @@ static int grow(char **buf, Py_ssize_t *cap, Py_ssize_t need) {
     return 0;
 }
 
+/* *out = the int `v`, which must fit `bits` (32 or 64) bits; -1 with an error set (TypeError
+ * when it is no int, OverflowError when it does not fit), as `flatten_batches_py` raises. */
+static int batch_value(PyObject *v, int bits, long long *out) {
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    if (overflow || (bits == 32 && (x < INT32_MIN || x > INT32_MAX))) {
+        PyErr_SetString(PyExc_OverflowError, "a state batch value is out of range");
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
 PyObject *native_flatten_batches(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *states;
-    Py_ssize_t item = 7;
+    Py_ssize_t item = STATE_BATCHES;
     if (!PyArg_ParseTuple(args, "O|n", &states, &item)) return NULL;
     PyObject *fast = PySequence_Fast(states, "states must be a sequence");
     if (!fast) return NULL;
@@ -52,15 +66,19 @@ PyObject *native_flatten_batches(PyObject *self, PyObject *args) {
                 || grow(&state, &cs, (m + k) * 4) < 0 || grow(&count, &cc, (m + k) * 4) < 0) goto done;
             for (Py_ssize_t j = 0; j < k; j++) {
                 PyObject *b = PyTuple_GET_ITEM(batches, j);
-                if (!PyTuple_Check(b) || PyTuple_GET_SIZE(b) < 4) {
+                if (!PyTuple_Check(b) || PyTuple_GET_SIZE(b) < BATCH_SIZE) {
                     PyErr_SetString(PyExc_TypeError, "a state batch is a 4-tuple");
                     goto done;
                 }
-                int64_t f = PyLong_AsLongLong(PyTuple_GET_ITEM(b, 0));
-                int64_t l = PyLong_AsLongLong(PyTuple_GET_ITEM(b, 1));
-                int32_t st = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(b, 2));
-                int32_t c = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(b, 3));
-                if (PyErr_Occurred()) goto done;
+                long long v[BATCH_SIZE];
+                static const int bits[BATCH_SIZE] = {
+                    [BATCH_FIRST_OFFSET] = 64, [BATCH_LAST_OFFSET] = 64,
+                    [BATCH_DELIVERY_STATE] = 32, [BATCH_DELIVERY_COUNT] = 32 };
+                for (int f = 0; f < BATCH_SIZE; f++) {
+                    if (batch_value(PyTuple_GET_ITEM(b, f), bits[f], &v[f]) < 0) goto done;
+                }
+                int64_t f = v[BATCH_FIRST_OFFSET], l = v[BATCH_LAST_OFFSET];
+                int32_t st = (int32_t)v[BATCH_DELIVERY_STATE], c = (int32_t)v[BATCH_DELIVERY_COUNT];
                 memcpy(first + (m + j) * 8, &f, 8);
                 memcpy(last + (m + j) * 8, &l, 8);
                 memcpy(state + (m + j) * 4, &st, 4);
@@ -103,7 +121,7 @@ static PyObject *follow(PyObject *row, const Py_ssize_t *idx, Py_ssize_t depth) 
     PyObject *v = Py_NewRef(row);
     for (Py_ssize_t d = 0; d < depth && v != Py_None; d++) {
         PyObject *next;
-        if (Py_IS_TYPE(v, &NativeRecordType) && idx[d] >= 0 && idx[d] < 6) {
+        if (Py_IS_TYPE(v, &NativeRecordType) && idx[d] >= 0 && idx[d] < RECORD_SIZE) {
             next = native_record_field(v, idx[d]);
         } else if (PyTuple_Check(v) && idx[d] >= 0 && idx[d] < PyTuple_GET_SIZE(v)) {
             next = Py_NewRef(PyTuple_GET_ITEM(v, idx[d]));

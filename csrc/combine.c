@@ -1,4 +1,4 @@
-/* Native twin of sharestate/coordinator/combiner.py `combine` (Kafka 4.4's sweep combiner).
+/* Native twin of sharestate/coordinator/combiner.py `combine_py` (Kafka 4.4's sweep combiner).
  *
  * Same contract and result: prune both inputs at start_offset (-1: none), return fewer than
  * two batches as they are, else the per-offset maximum by (delivery_count, delivery_state)
@@ -32,7 +32,8 @@ static int as_ll(PyObject *o, long long *out) {
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
-/* Read a sequence of 4+-item tuples, pruned at start (clipped ones lose their object). */
+/* Read a sequence of tuples starting with a StateBatch's fields, pruned at start (clipped
+ * ones lose their object). */
 static int load(PyObject *seq, long long start, Vec *out) {
     PyObject *fast = PySequence_Fast(seq, "batches must be a sequence");
     if (!fast) return -1;
@@ -40,19 +41,20 @@ static int load(PyObject *seq, long long start, Vec *out) {
     PyObject **items = PySequence_Fast_ITEMS(fast);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *t = items[i];
-        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) < 4) {
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) < BATCH_SIZE) {
             PyErr_SetString(PyExc_TypeError, "a state batch is a 4-tuple");
             Py_DECREF(fast);
             return -1;
         }
         B b;
-        if (as_ll(PyTuple_GET_ITEM(t, 0), &b.first) < 0 || as_ll(PyTuple_GET_ITEM(t, 1), &b.last) < 0
-            || as_ll(PyTuple_GET_ITEM(t, 2), &b.state) < 0
-            || as_ll(PyTuple_GET_ITEM(t, 3), &b.count) < 0) {
+        if (as_ll(PyTuple_GET_ITEM(t, BATCH_FIRST_OFFSET), &b.first) < 0
+            || as_ll(PyTuple_GET_ITEM(t, BATCH_LAST_OFFSET), &b.last) < 0
+            || as_ll(PyTuple_GET_ITEM(t, BATCH_DELIVERY_STATE), &b.state) < 0
+            || as_ll(PyTuple_GET_ITEM(t, BATCH_DELIVERY_COUNT), &b.count) < 0) {
             Py_DECREF(fast);
             return -1;
         }
-        b.obj = PyTuple_GET_SIZE(t) == 4 ? t : NULL;
+        b.obj = PyTuple_GET_SIZE(t) == BATCH_SIZE ? t : NULL;
         if (start != -1) {
             if (b.last < start) continue;
             if (b.first < start) { b.first = start; b.obj = NULL; }
@@ -245,10 +247,13 @@ static int load_types(void) {
 
 static PyObject *batch_object(const B *b) {
     if (b->obj && Py_IS_TYPE(b->obj, (PyTypeObject *)state_batch_type)) return Py_NewRef(b->obj);
-    PyObject *t = ((PyTypeObject *)state_batch_type)->tp_alloc((PyTypeObject *)state_batch_type, 4);
+    PyObject *t = ((PyTypeObject *)state_batch_type)->tp_alloc((PyTypeObject *)state_batch_type,
+                                                               BATCH_SIZE);
     if (!t) return NULL;
-    long long v[4] = { b->first, b->last, b->state, b->count };
-    for (int i = 0; i < 4; i++) {
+    long long v[BATCH_SIZE] = { [BATCH_FIRST_OFFSET] = b->first, [BATCH_LAST_OFFSET] = b->last,
+                                [BATCH_DELIVERY_STATE] = b->state,
+                                [BATCH_DELIVERY_COUNT] = b->count };
+    for (int i = 0; i < BATCH_SIZE; i++) {
         PyObject *x = PyLong_FromLongLong(v[i]);
         if (!x) { Py_DECREF(t); return NULL; }
         PyTuple_SET_ITEM(t, i, x);

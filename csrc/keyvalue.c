@@ -1,8 +1,9 @@
-/* Native twin of sharestate/records/keyvalue.py over a whole batch of records.
+/* Native twin of sharestate/records/keyvalue.py `decode_key_value` over a whole batch.
  *
  * decode_key_values(records, table, fallback) -> list of KeyValue
- *   records  : list of RawRecord (key at index 3, value at index 4)
- *   table    : {type_id: (kind, key_layout, {version: value_layout})}
+ *   records  : list of RawRecord (or native Record)
+ *   table    : {type_id: KindPrograms} (KIND_PROGRAMS_* in native.h: the kind, its key
+ *              layout and {version: value layout}, compiled)
  *   fallback : callable(key, value) -> KeyValue, the Python decoder
  * The C path takes only the clean case (known type, key and value decode exactly, or a
  * tombstone); anything else is handed to `fallback`, so results and error messages are
@@ -41,8 +42,9 @@ static PyObject *fast_one(PyObject *record, PyObject *table) {
     const char *key, *value;
     Py_ssize_t key_len, value_len;
     if (!native_record_view(record, &key, &key_len, &value, &value_len)) {
-        if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) < 5) return NULL;
-        PyObject *k = PyTuple_GET_ITEM(record, 3), *v = PyTuple_GET_ITEM(record, 4);
+        if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) <= RECORD_VALUE) return NULL;
+        PyObject *k = PyTuple_GET_ITEM(record, RECORD_KEY);
+        PyObject *v = PyTuple_GET_ITEM(record, RECORD_VALUE);
         if (!PyBytes_Check(k) || (v != Py_None && !PyBytes_Check(v))) return NULL;
         key = PyBytes_AS_STRING(k);
         key_len = PyBytes_GET_SIZE(k);
@@ -55,8 +57,13 @@ static PyObject *fast_one(PyObject *record, PyObject *table) {
     if (!type_id) return NULL;
     PyObject *entry = PyDict_GetItemWithError(table, type_id);
     if (!entry) { Py_DECREF(type_id); return NULL; }
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != KIND_PROGRAMS_SIZE) {
+        PyErr_SetString(PyExc_TypeError, "a kind table holds KindPrograms");
+        Py_DECREF(type_id);
+        return NULL;
+    }
     PyObject *kv = NULL, *key_values = NULL, *version = NULL, *values = NULL;
-    key_values = clean_struct(PyTuple_GET_ITEM(entry, 1), kb, key_len);
+    key_values = clean_struct(PyTuple_GET_ITEM(entry, KIND_PROGRAMS_KEY), kb, key_len);
     if (!key_values) goto out;
     if (!value) {
         version = Py_NewRef(Py_None);
@@ -66,19 +73,20 @@ static PyObject *fast_one(PyObject *record, PyObject *table) {
         const unsigned char *vb = (const unsigned char *)value;
         version = PyLong_FromLong((int16_t)native_be16(vb));
         if (!version) goto out;
-        PyObject *capsule = PyDict_GetItemWithError(PyTuple_GET_ITEM(entry, 2), version);
+        PyObject *capsule = PyDict_GetItemWithError(PyTuple_GET_ITEM(entry, KIND_PROGRAMS_VALUES),
+                                                    version);
         if (!capsule) goto out;
         values = clean_struct(capsule, vb, value_len);
         if (!values) goto out;
     }
-    kv = ((PyTypeObject *)key_value_type)->tp_alloc((PyTypeObject *)key_value_type, 6);
+    kv = ((PyTypeObject *)key_value_type)->tp_alloc((PyTypeObject *)key_value_type, KV_SIZE);
     if (!kv) goto out;
-    PyTuple_SET_ITEM(kv, 0, type_id);
-    PyTuple_SET_ITEM(kv, 1, Py_NewRef(PyTuple_GET_ITEM(entry, 0)));
-    PyTuple_SET_ITEM(kv, 2, key_values);
-    PyTuple_SET_ITEM(kv, 3, version);
-    PyTuple_SET_ITEM(kv, 4, values);
-    PyTuple_SET_ITEM(kv, 5, Py_NewRef(Py_None));
+    PyTuple_SET_ITEM(kv, KV_TYPE_ID, type_id);
+    PyTuple_SET_ITEM(kv, KV_KIND, Py_NewRef(PyTuple_GET_ITEM(entry, KIND_PROGRAMS_KIND)));
+    PyTuple_SET_ITEM(kv, KV_KEY, key_values);
+    PyTuple_SET_ITEM(kv, KV_VALUE_VERSION, version);
+    PyTuple_SET_ITEM(kv, KV_VALUE, values);
+    PyTuple_SET_ITEM(kv, KV_ERROR, Py_NewRef(Py_None));
     return kv;
 out:
     Py_DECREF(type_id);
@@ -104,8 +112,8 @@ PyObject *native_decode_key_values(PyObject *self, PyObject *const *args, Py_ssi
         PyObject *kv = fast_one(record, table);
         if (!kv) {
             if (PyErr_Occurred()) { Py_DECREF(out); return NULL; }
-            PyObject *key = native_record_field(record, 3);
-            PyObject *value = key ? native_record_field(record, 4) : NULL;
+            PyObject *key = native_record_field(record, RECORD_KEY);
+            PyObject *value = key ? native_record_field(record, RECORD_VALUE) : NULL;
             kv = value ? PyObject_CallFunctionObjArgs(fallback, key, value, NULL) : NULL;
             Py_XDECREF(key);
             Py_XDECREF(value);

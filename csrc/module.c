@@ -45,31 +45,55 @@ PyObject *native_uuid_str(const unsigned char *raw) {
     return PyUnicode_FromStringAndSize(out, o);
 }
 
+/* Docstrings open with a text signature (what inspect.signature and mypy's stubtest read,
+ * checked against sharestate/_native.pyi) and name the pure-Python twin. */
 static PyMethodDef methods[] = {
-    {"compile", native_compile, METH_O, "compile(program) -> layout capsule"},
+    {"compile", native_compile, METH_O,
+     "compile($module, program, /)\n--\n\n"
+     "A StructProgram compiled for read_struct (a capsule)."},
     {"read_struct", (PyCFunction)(void (*)(void))native_read_struct, METH_FASTCALL,
-     "read_struct(layout, data, pos, end) -> (values, new_pos)"},
+     "read_struct($module, layout, data, pos, end, /)\n--\n\n"
+     "(values, new position); twin: sharestate.records.codec.read_struct_py."},
     {"parse_records", (PyCFunction)(void (*)(void))native_parse_records, METH_FASTCALL,
-     "parse_records(buf, pos, end, count, base_offset, base_timestamp, base_sequence)"},
+     "parse_records($module, buf, pos, end, count, base_offset, base_timestamp, "
+     "base_sequence, /)\n--\n\n"
+     "(records, None or (message, position)); twin: "
+     "sharestate.log.records_v2.parse_records_py."},
     {"scan_v2", (PyCFunction)(void (*)(void))native_scan_v2, METH_FASTCALL,
-     "scan_v2(buf, off, base_position, max_batch, crc_fn, create_time, log_append_time, none, max_batches, stop)"},
+     "scan_v2($module, buf, off, base_position, max_batch, crc, create_time, "
+     "log_append_time, none, max_batches, stop, /)\n--\n\n"
+     "(clean batches, where the walk stopped); twin: sharestate.log.framing's batch walk."},
     {"decode_key_values", (PyCFunction)(void (*)(void))native_decode_key_values, METH_FASTCALL,
-     "decode_key_values(records, table, fallback) -> list of KeyValue"},
+     "decode_key_values($module, records, table, fallback, /)\n--\n\n"
+     "A KeyValue per record; twin: sharestate.records.keyvalue.decode_key_value."},
     {"combine", (PyCFunction)(void (*)(void))native_combine, METH_FASTCALL,
-     "combine(so_far, new, start_offset) -> batches (Kafka 4.4's combiner)"},
+     "combine($module, so_far, new, start_offset, /)\n--\n\n"
+     "Kafka 4.4's combiner; twin: sharestate.coordinator.combiner.combine_py."},
     {"share_apply", (PyCFunction)(void (*)(void))native_share_apply, METH_FASTCALL,
-     "share_apply(context, records, decoded, as_of_offset, as_of_time, slots, fallback, history)"},
+     "share_apply($module, context, records, decoded, as_of_offset, as_of_time, slots, "
+     "fallback, history, /)\n--\n\n"
+     "(applied, stopped, last offset, last timestamp); twin: "
+     "sharestate.replay.share_log._Applier.apply_all."},
     {"share_audit", (PyCFunction)(void (*)(void))native_share_audit, METH_FASTCALL,
-     "share_audit(seen, seen_type, key_type, records, decoded, slots, fallback)"},
+     "share_audit($module, seen, seen_type, key_type, records, decoded, slots, fallback, "
+     "/)\n--\n\n"
+     "Audit share-state records; twin: sharestate.analytics.audit.ShareAuditor.observe."},
     {"flatten_batches", native_flatten_batches, METH_VARARGS,
-     "flatten_batches(states, item=7) -> (offsets, first, last, state, count, valid) buffers"},
+     "flatten_batches($module, states, item=7, /)\n--\n\n"
+     "(offsets, first, last, state, count, validity) buffers; twin: "
+     "sharestate.tables.columns.flatten_batches_py."},
     {"transpose", (PyCFunction)(void (*)(void))native_transpose, METH_FASTCALL,
-     "transpose(rows, paths) -> one list per index path"},
+     "transpose($module, rows, paths, /)\n--\n\n"
+     "One list per index path; twin: sharestate.tables.columns.transpose_py."},
     {"arrow_records", (PyCFunction)(void (*)(void))native_arrow_records, METH_FASTCALL,
-     "arrow_records(n, buffer, offsets, timestamps, key_offsets, key_valid, value_offsets, "
-     "value_valid, value_base) -> list of Record"},
+     "arrow_records($module, n, buffer, offsets, timestamps, key_offsets, key_valid, "
+     "value_offsets, value_valid, value_base, /)\n--\n\n"
+     "Records over Arrow bronze buffers; twin: the RawRecord path of "
+     "sharestate.tables.arrow_log.records_of."},
     {"int_columns", (PyCFunction)(void (*)(void))native_int_columns, METH_FASTCALL,
-     "int_columns(rows, paths, widths) -> (data, validity bitmap or None) per path"},
+     "int_columns($module, rows, paths, widths, /)\n--\n\n"
+     "(data, validity bitmap or None) per path; twin: "
+     "sharestate.tables.columns.int_columns_py."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -78,11 +102,52 @@ static struct PyModuleDef module = {
     methods, NULL, NULL, NULL, NULL,
 };
 
+/* A tuple of the names in a NULL-terminated array. */
+static PyObject *names_tuple(const char *const *names) {
+    Py_ssize_t n = 0;
+    while (names[n]) n++;
+    PyObject *t = PyTuple_New(n);
+    for (Py_ssize_t i = 0; t && i < n; i++) {
+        PyObject *name = PyUnicode_FromString(names[i]);
+        if (!name) { Py_CLEAR(t); break; }
+        PyTuple_SET_ITEM(t, i, name);
+    }
+    return t;
+}
+
+#define NATIVE_NAME(index, field) #field,
+#define LAYOUT_NAMES(cls, FIELDS) static const char *const cls##_names[] = { FIELDS(NATIVE_NAME) NULL };
+NATIVE_LAYOUTS(LAYOUT_NAMES)
+#define LAYOUT_ENTRY(cls, FIELDS) { #cls, cls##_names },
+static const struct { const char *cls; const char *const *names; } layouts[] = {
+    NATIVE_LAYOUTS(LAYOUT_ENTRY)
+};
+static const char *const kind_names[] = { WIRE_KINDS(NATIVE_NAME) NULL };
+
+/* FIELDS: {class name: field names in the order C uses}; KINDS: wire kind names by number. */
+static int add_layouts(PyObject *m) {
+    PyObject *fields = PyDict_New();
+    if (!fields) return -1;
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        PyObject *names = names_tuple(layouts[i].names);
+        int rc = names ? PyDict_SetItemString(fields, layouts[i].cls, names) : -1;
+        Py_XDECREF(names);
+        if (rc < 0) { Py_DECREF(fields); return -1; }
+    }
+    PyObject *kinds = names_tuple(kind_names);
+    int rc = kinds ? PyModule_AddObjectRef(m, "KINDS", kinds) : -1;
+    Py_XDECREF(kinds);
+    if (rc == 0) rc = PyModule_AddObjectRef(m, "FIELDS", fields);
+    Py_DECREF(fields);
+    return rc;
+}
+
 PyMODINIT_FUNC PyInit__native(void) {
     if (PyType_Ready(&NativeRecordType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
-    if (PyModule_AddObjectRef(m, "Record", (PyObject *)&NativeRecordType) < 0) {
+    if (PyModule_AddObjectRef(m, "Record", (PyObject *)&NativeRecordType) < 0
+        || add_layouts(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

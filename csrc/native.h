@@ -17,20 +17,126 @@ static inline uint64_t native_be64(const unsigned char *p) {
     return ((uint64_t)native_be32(p) << 32) | native_be32(p + 4);
 }
 
-/* Value slot tables (sharestate.coordinator.share_state.native_value_slots, keyed
- * type_id << 16 | version): item `i` of a slot tuple, and the tuple of a record's value
- * layout (borrowed; NULL when absent or on error: check PyErr_Occurred). */
+/* Positional layouts: the field order of each Python tuple C reads or builds by position,
+ * one X-macro per NamedTuple (named in its comment). Each gives the index constants used in
+ * csrc (`enum { ..., <PREFIX>SIZE }`) and the names `sharestate._native.FIELDS` exports
+ * (module.c), which tests/test_native.py compares with the NamedTuples' `_fields`: a field
+ * added, removed or moved on one side only fails that test. */
+#define NATIVE_INDEX(index, field) index,
+
+/* sharestate.coordinator.shard.NativeContext: what share_apply needs of a shard */
+#define CONTEXT_FIELDS(X) \
+    X(CTX_STATES, states) X(CTX_LEADER_EPOCHS, leader_epochs) \
+    X(CTX_STATE_EPOCHS, state_epochs) X(CTX_COUNTS, counts) \
+    X(CTX_UPDATE_OFFSETS, update_offsets) \
+    X(CTX_LIMIT, snapshot_update_records_per_snapshot) \
+    X(CTX_FIRST_UPDATE_COUNT, first_update_count) \
+    X(CTX_FRESH_STATE_EPOCH, fresh_update_state_epoch) \
+    X(CTX_FRESH_TIMESTAMP, fresh_update_timestamp) X(CTX_KEY_TYPE, key_type) \
+    X(CTX_STATE_TYPE, state_type) X(CTX_SNAPSHOT_OFFSETS, snapshot_offsets)
+enum { CONTEXT_FIELDS(NATIVE_INDEX) CTX_SIZE };
+
+/* sharestate.coordinator.share_state.ValueSlots: where a value layout's fields sit in its
+ * decoded tuple (-1: absent); the last four index each decoded state batch struct */
+#define VALUE_SLOT_FIELDS(X) \
+    X(VALUE_SLOT_IS_SNAPSHOT, is_snapshot) X(VALUE_SLOT_SNAPSHOT_EPOCH, snapshot_epoch) \
+    X(VALUE_SLOT_STATE_EPOCH, state_epoch) X(VALUE_SLOT_LEADER_EPOCH, leader_epoch) \
+    X(VALUE_SLOT_START_OFFSET, start_offset) \
+    X(VALUE_SLOT_DELIVERY_COMPLETE_COUNT, delivery_complete_count) \
+    X(VALUE_SLOT_CREATE_TIMESTAMP, create_timestamp) \
+    X(VALUE_SLOT_WRITE_TIMESTAMP, write_timestamp) X(VALUE_SLOT_BATCHES, batches) \
+    X(VALUE_SLOT_FIRST_OFFSET, first_offset) X(VALUE_SLOT_LAST_OFFSET, last_offset) \
+    X(VALUE_SLOT_DELIVERY_STATE, delivery_state) X(VALUE_SLOT_DELIVERY_COUNT, delivery_count)
+enum { VALUE_SLOT_FIELDS(NATIVE_INDEX) VALUE_SLOT_SIZE };
+
+/* sharestate.records.codec.StructProgram and SlotProgram: a layout as compile() reads it */
+#define STRUCT_PROGRAM_FIELDS(X) \
+    X(STRUCT_PROGRAM_FLEXIBLE, flexible) X(STRUCT_PROGRAM_WIDTH, width) \
+    X(STRUCT_PROGRAM_DEFAULTS, defaults) X(STRUCT_PROGRAM_REGULAR, regular) \
+    X(STRUCT_PROGRAM_TAGGED, tagged) X(STRUCT_PROGRAM_NAMES, names)
+enum { STRUCT_PROGRAM_FIELDS(NATIVE_INDEX) STRUCT_PROGRAM_SIZE };
+#define SLOT_PROGRAM_FIELDS(X) \
+    X(SLOT_PROGRAM_POSITION, position) X(SLOT_PROGRAM_KIND, kind) \
+    X(SLOT_PROGRAM_NULLABLE, nullable) X(SLOT_PROGRAM_FLEXIBLE, flexible) \
+    X(SLOT_PROGRAM_SUB, sub) X(SLOT_PROGRAM_NAME, name)
+enum { SLOT_PROGRAM_FIELDS(NATIVE_INDEX) SLOT_PROGRAM_SIZE };
+
+/* sharestate.records.keyvalue.KindPrograms: a record kind and its compiled layouts */
+#define KIND_PROGRAMS_FIELDS(X) \
+    X(KIND_PROGRAMS_KIND, kind) X(KIND_PROGRAMS_KEY, key) X(KIND_PROGRAMS_VALUES, values)
+enum { KIND_PROGRAMS_FIELDS(NATIVE_INDEX) KIND_PROGRAMS_SIZE };
+
+/* sharestate.records.keyvalue.KeyValue: a decoded data record */
+#define KEY_VALUE_FIELDS(X) \
+    X(KV_TYPE_ID, type_id) X(KV_KIND, kind) X(KV_KEY, key) \
+    X(KV_VALUE_VERSION, value_version) X(KV_VALUE, value) X(KV_ERROR, error)
+enum { KEY_VALUE_FIELDS(NATIVE_INDEX) KV_SIZE };
+
+/* sharestate.log.batch.RawRecord: one record of a batch */
+#define RAW_RECORD_FIELDS(X) \
+    X(RECORD_OFFSET, offset) X(RECORD_TIMESTAMP, timestamp) X(RECORD_SEQUENCE, sequence) \
+    X(RECORD_KEY, key) X(RECORD_VALUE, value) X(RECORD_HEADERS, headers)
+enum { RAW_RECORD_FIELDS(NATIVE_INDEX) RECORD_SIZE };
+
+/* sharestate.coordinator.share_state.ShareKey, StateBatch and SharePartitionState */
+#define SHARE_KEY_FIELDS(X) \
+    X(SHARE_KEY_GROUP_ID, group_id) X(SHARE_KEY_TOPIC_ID, topic_id) \
+    X(SHARE_KEY_PARTITION, partition)
+enum { SHARE_KEY_FIELDS(NATIVE_INDEX) SHARE_KEY_SIZE };
+#define STATE_BATCH_FIELDS(X) \
+    X(BATCH_FIRST_OFFSET, first_offset) X(BATCH_LAST_OFFSET, last_offset) \
+    X(BATCH_DELIVERY_STATE, delivery_state) X(BATCH_DELIVERY_COUNT, delivery_count)
+enum { STATE_BATCH_FIELDS(NATIVE_INDEX) BATCH_SIZE };
+#define PARTITION_STATE_FIELDS(X) \
+    X(STATE_SNAPSHOT_EPOCH, snapshot_epoch) X(STATE_STATE_EPOCH, state_epoch) \
+    X(STATE_LEADER_EPOCH, leader_epoch) X(STATE_START_OFFSET, start_offset) \
+    X(STATE_DELIVERY_COMPLETE_COUNT, delivery_complete_count) \
+    X(STATE_CREATE_TIMESTAMP, create_timestamp) X(STATE_WRITE_TIMESTAMP, write_timestamp) \
+    X(STATE_BATCHES, batches)
+enum { PARTITION_STATE_FIELDS(NATIVE_INDEX) STATE_SIZE };
+
+/* sharestate.analytics.audit._Seen: what the audit remembers of a live key */
+#define SEEN_FIELDS(X) \
+    X(SEEN_MAX_LEADER_EPOCH, max_leader_epoch) X(SEEN_MAX_STATE_EPOCH, max_state_epoch) \
+    X(SEEN_STATE_EPOCH, state_epoch) X(SEEN_SNAPSHOT_EPOCH, snapshot_epoch) \
+    X(SEEN_START_OFFSET, start_offset)
+enum { SEEN_FIELDS(NATIVE_INDEX) SEEN_SIZE };
+
+/* Every layout above as (Python class name, X-macro): what `_native.FIELDS` holds. */
+#define NATIVE_LAYOUTS(L) \
+    L(NativeContext, CONTEXT_FIELDS) L(ValueSlots, VALUE_SLOT_FIELDS) \
+    L(StructProgram, STRUCT_PROGRAM_FIELDS) L(SlotProgram, SLOT_PROGRAM_FIELDS) \
+    L(KindPrograms, KIND_PROGRAMS_FIELDS) L(KeyValue, KEY_VALUE_FIELDS) \
+    L(RawRecord, RAW_RECORD_FIELDS) L(ShareKey, SHARE_KEY_FIELDS) \
+    L(StateBatch, STATE_BATCH_FIELDS) L(SharePartitionState, PARTITION_STATE_FIELDS) \
+    L(_Seen, SEEN_FIELDS)
+
+/* Wire kinds of struct programs (sharestate.records.spec.Kind), exported as `_native.KINDS`. */
+#define WIRE_KINDS(X) \
+    X(K_BOOL, BOOL) X(K_INT8, INT8) X(K_INT16, INT16) X(K_UINT16, UINT16) X(K_INT32, INT32) \
+    X(K_INT64, INT64) X(K_FLOAT64, FLOAT64) X(K_UUID, UUID) X(K_STRING, STRING) \
+    X(K_BYTES, BYTES) X(K_STRUCT, STRUCT) X(K_ARRAY, ARRAY)
+enum { WIRE_KINDS(NATIVE_INDEX) K_COUNT };
+
+/* Slot tables ({id(record kind): {value version: ValueSlots}}, from
+ * sharestate.replay.share_log.native_slots): item `i` of a ValueSlots, and the ValueSlots of
+ * a decoded record's kind and value version (borrowed; NULL when absent or on error: check
+ * PyErr_Occurred). */
 static inline long native_slot(PyObject *slots, int i) {
     return PyLong_AsLong(PyTuple_GET_ITEM(slots, i));
 }
-static inline PyObject *native_value_slots(PyObject *slot_table, PyObject *type_id,
+static inline PyObject *native_value_slots(PyObject *slot_table, PyObject *kind,
                                            PyObject *version) {
-    long tid = PyLong_AsLong(type_id), ver = PyLong_AsLong(version);
-    if (PyErr_Occurred()) return NULL;
-    PyObject *slot_key = PyLong_FromLong((tid << 16) | (ver & 0xFFFF));
-    if (!slot_key) return NULL;
-    PyObject *slots = PyDict_GetItemWithError(slot_table, slot_key);
-    Py_DECREF(slot_key);
+    PyObject *kind_id = PyLong_FromVoidPtr(kind);
+    if (!kind_id) return NULL;
+    PyObject *versions = PyDict_GetItemWithError(slot_table, kind_id);
+    Py_DECREF(kind_id);
+    if (!versions) return NULL;
+    PyObject *slots = PyDict_GetItemWithError(versions, version);
+    if (slots && (!PyTuple_Check(slots) || PyTuple_GET_SIZE(slots) != VALUE_SLOT_SIZE)) {
+        PyErr_SetString(PyExc_TypeError, "a slot table holds ValueSlots");
+        return NULL;
+    }
     return slots;
 }
 

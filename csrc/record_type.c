@@ -40,38 +40,38 @@ static PyObject *slice_of(Record *self, Py_ssize_t pos, Py_ssize_t len, PyObject
 
 static PyObject *record_item(Record *self, Py_ssize_t i) {
     switch (i) {
-    case 0: return PyLong_FromLongLong(self->offset);
-    case 1: return PyLong_FromLongLong(self->timestamp);
-    case 2: return PyLong_FromLongLong(self->sequence);
-    case 3: return slice_of(self, self->key_pos, self->key_len, &self->key);
-    case 4: return slice_of(self, self->value_pos, self->value_len, &self->value);
-    case 5: return Py_NewRef(self->headers);
+    case RECORD_OFFSET: return PyLong_FromLongLong(self->offset);
+    case RECORD_TIMESTAMP: return PyLong_FromLongLong(self->timestamp);
+    case RECORD_SEQUENCE: return PyLong_FromLongLong(self->sequence);
+    case RECORD_KEY: return slice_of(self, self->key_pos, self->key_len, &self->key);
+    case RECORD_VALUE: return slice_of(self, self->value_pos, self->value_len, &self->value);
+    case RECORD_HEADERS: return Py_NewRef(self->headers);
     default:
         PyErr_SetString(PyExc_IndexError, "record index out of range");
         return NULL;
     }
 }
 
-static Py_ssize_t record_length(Record *self) { (void)self; return 6; }
+static Py_ssize_t record_length(Record *self) { (void)self; return RECORD_SIZE; }
 
 static PyObject *get_field(Record *self, void *closure) {
     return record_item(self, (Py_ssize_t)(intptr_t)closure);
 }
 
 static PyGetSetDef record_getset[] = {
-    {"offset", (getter)get_field, NULL, "absolute offset", (void *)0},
-    {"timestamp", (getter)get_field, NULL, "timestamp (ms)", (void *)1},
-    {"sequence", (getter)get_field, NULL, "sequence, or -1", (void *)2},
-    {"key", (getter)get_field, NULL, "key bytes or None", (void *)3},
-    {"value", (getter)get_field, NULL, "value bytes or None (tombstone)", (void *)4},
-    {"headers", (getter)get_field, NULL, "(key, value) pairs", (void *)5},
+    {"offset", (getter)get_field, NULL, "absolute offset", (void *)RECORD_OFFSET},
+    {"timestamp", (getter)get_field, NULL, "timestamp (ms)", (void *)RECORD_TIMESTAMP},
+    {"sequence", (getter)get_field, NULL, "sequence, or -1", (void *)RECORD_SEQUENCE},
+    {"key", (getter)get_field, NULL, "key bytes or None", (void *)RECORD_KEY},
+    {"value", (getter)get_field, NULL, "value bytes or None (tombstone)", (void *)RECORD_VALUE},
+    {"headers", (getter)get_field, NULL, "(key, value) pairs", (void *)RECORD_HEADERS},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PyObject *as_tuple(Record *self) {
-    PyObject *t = PyTuple_New(6);
+    PyObject *t = PyTuple_New(RECORD_SIZE);
     if (!t) return NULL;
-    for (Py_ssize_t i = 0; i < 6; i++) {
+    for (Py_ssize_t i = 0; i < RECORD_SIZE; i++) {
         PyObject *v = record_item(self, i);
         if (!v) { Py_DECREF(t); return NULL; }
         PyTuple_SET_ITEM(t, i, v);
@@ -97,8 +97,9 @@ static PyObject *record_repr(Record *self) {
     if (!t) return NULL;
     PyObject *r = PyUnicode_FromFormat(
         "RawRecord(offset=%R, timestamp=%R, sequence=%R, key=%R, value=%R, headers=%R)",
-        PyTuple_GET_ITEM(t, 0), PyTuple_GET_ITEM(t, 1), PyTuple_GET_ITEM(t, 2),
-        PyTuple_GET_ITEM(t, 3), PyTuple_GET_ITEM(t, 4), PyTuple_GET_ITEM(t, 5));
+        PyTuple_GET_ITEM(t, RECORD_OFFSET), PyTuple_GET_ITEM(t, RECORD_TIMESTAMP),
+        PyTuple_GET_ITEM(t, RECORD_SEQUENCE), PyTuple_GET_ITEM(t, RECORD_KEY),
+        PyTuple_GET_ITEM(t, RECORD_VALUE), PyTuple_GET_ITEM(t, RECORD_HEADERS));
     Py_DECREF(t);
     return r;
 }

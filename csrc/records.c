@@ -180,7 +180,7 @@ static PyObject *one_record(Cursor *c, Py_ssize_t end, long long base_offset,
     value = value_len < 0 ? Py_NewRef(Py_None) : slice(c, value_pos, value_len);
     if (!key || !value) goto error;
     PyObject *record = ((PyTypeObject *)raw_record_type)->tp_alloc(
-        (PyTypeObject *)raw_record_type, 6);
+        (PyTypeObject *)raw_record_type, RECORD_SIZE);
     if (!record) goto error;
     PyObject *o = PyLong_FromLongLong(offset);
     PyObject *t = PyLong_FromLongLong(timestamp);
@@ -189,12 +189,12 @@ static PyObject *one_record(Cursor *c, Py_ssize_t end, long long base_offset,
         Py_XDECREF(o); Py_XDECREF(t); Py_XDECREF(s); Py_DECREF(record);
         goto error;
     }
-    PyTuple_SET_ITEM(record, 0, o);
-    PyTuple_SET_ITEM(record, 1, t);
-    PyTuple_SET_ITEM(record, 2, s);
-    PyTuple_SET_ITEM(record, 3, key);
-    PyTuple_SET_ITEM(record, 4, value);
-    PyTuple_SET_ITEM(record, 5, headers);
+    PyTuple_SET_ITEM(record, RECORD_OFFSET, o);
+    PyTuple_SET_ITEM(record, RECORD_TIMESTAMP, t);
+    PyTuple_SET_ITEM(record, RECORD_SEQUENCE, s);
+    PyTuple_SET_ITEM(record, RECORD_KEY, key);
+    PyTuple_SET_ITEM(record, RECORD_VALUE, value);
+    PyTuple_SET_ITEM(record, RECORD_HEADERS, headers);
     return record;
 error:
     Py_XDECREF(key);

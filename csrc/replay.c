@@ -1,14 +1,11 @@
 /* Native fast path of sharestate/replay/share_log.py: apply a batch of decoded share-state
- * records to a ShareShard, as the shard's `_snapshot` / `_update` would.
+ * records to a ShareShard, as the shard's `_snapshot` / `_update` would (the Python twin is
+ * `_Applier.apply_all`).
  *
  * share_apply(context, records, decoded, as_of_offset, as_of_time, slots, fallback, history)
  *     -> (applied, stopped, last_offset, last_timestamp)
- *   context  : ShareShard.native_context() — (states, leader_epochs, state_epochs, counts,
- *              offsets_update, limit, first_update_count, fresh_state_epoch,
- *              fresh_timestamp, share_key_type, state_type, 1, snapshot_offsets)
- *   slots    : {type_id << 16 | version: (is_snapshot, snapshot_epoch, state_epoch,
- *               leader_epoch, start_offset, delivery_complete_count, create_timestamp,
- *               write_timestamp, batches, first, last, state, count)}, -1 = field absent
+ *   context  : ShareShard.native_context(), a NativeContext (CTX_* in native.h)
+ *   slots    : the slot table, {id(kind): {version: ValueSlots}} (VALUE_SLOT_* in native.h)
  *   fallback : callable(record, decoded) applying one record in Python
  *   history  : None, or a list that gets, per record applied in C, the tuple
  *              (offset, timestamp, key, state, max_leader_epoch, max_state_epoch,
@@ -21,10 +18,11 @@
 
 PyObject *native_combine_batches(PyObject *so_far, PyObject *new_batches, long long start);
 
-static PyObject *key_value_type = NULL, *state_batch_type = NULL;
+static PyObject *key_value_type = NULL, *state_batch_type = NULL, *one = NULL;
 
 static int load_types(void) {
     if (key_value_type) return 0;
+    if (!one && !(one = PyLong_FromLong(1))) return -1;
     PyObject *kv = PyImport_ImportModule("sharestate.records.keyvalue");
     if (!kv) return -1;
     key_value_type = PyObject_GetAttrString(kv, "KeyValue");
@@ -47,7 +45,8 @@ static PyObject *field(PyObject *values, long index, PyObject *absent) {
 
 /* 1 when every decoded batch has first <= last, 0 when one does not, -1 on error. */
 static int batches_valid(PyObject *raw, PyObject *slots) {
-    long fi = native_slot(slots, 9), li = native_slot(slots, 10);
+    long fi = native_slot(slots, VALUE_SLOT_FIRST_OFFSET);
+    long li = native_slot(slots, VALUE_SLOT_LAST_OFFSET);
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(raw); i++) {
         PyObject *b = PyTuple_GET_ITEM(raw, i);
         int bad = PyObject_RichCompareBool(PyTuple_GET_ITEM(b, fi), PyTuple_GET_ITEM(b, li), Py_GT);
@@ -58,20 +57,22 @@ static int batches_valid(PyObject *raw, PyObject *slots) {
 
 /* The decoded batch structs as a tuple of StateBatch (all valid). */
 static PyObject *state_batches(PyObject *raw, PyObject *slots) {
-    long fi = native_slot(slots, 9), li = native_slot(slots, 10), si = native_slot(slots, 11);
-    long ci = native_slot(slots, 12);
+    long fi = native_slot(slots, VALUE_SLOT_FIRST_OFFSET);
+    long li = native_slot(slots, VALUE_SLOT_LAST_OFFSET);
+    long si = native_slot(slots, VALUE_SLOT_DELIVERY_STATE);
+    long ci = native_slot(slots, VALUE_SLOT_DELIVERY_COUNT);
     Py_ssize_t n = PyTuple_GET_SIZE(raw);
     PyObject *out = PyTuple_New(n);
     if (!out) return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *b = PyTuple_GET_ITEM(raw, i);
         PyObject *first = PyTuple_GET_ITEM(b, fi), *last = PyTuple_GET_ITEM(b, li);
-        PyObject *sb = new_tuple(state_batch_type, 4);
+        PyObject *sb = new_tuple(state_batch_type, BATCH_SIZE);
         if (!sb) { Py_DECREF(out); return NULL; }
-        PyTuple_SET_ITEM(sb, 0, Py_NewRef(first));
-        PyTuple_SET_ITEM(sb, 1, Py_NewRef(last));
-        PyTuple_SET_ITEM(sb, 2, Py_NewRef(PyTuple_GET_ITEM(b, si)));
-        PyTuple_SET_ITEM(sb, 3, Py_NewRef(PyTuple_GET_ITEM(b, ci)));
+        PyTuple_SET_ITEM(sb, BATCH_FIRST_OFFSET, Py_NewRef(first));
+        PyTuple_SET_ITEM(sb, BATCH_LAST_OFFSET, Py_NewRef(last));
+        PyTuple_SET_ITEM(sb, BATCH_DELIVERY_STATE, Py_NewRef(PyTuple_GET_ITEM(b, si)));
+        PyTuple_SET_ITEM(sb, BATCH_DELIVERY_COUNT, Py_NewRef(PyTuple_GET_ITEM(b, ci)));
         PyTuple_SET_ITEM(out, i, sb);
     }
     return out;
@@ -89,13 +90,14 @@ static int max_into(PyObject *map, PyObject *key, PyObject *value) {
     return less ? PyDict_SetItem(map, key, value) : 0;
 }
 
-static PyObject *state_of(PyObject *type, PyObject *items[8]) {
-    PyObject *state = new_tuple(type, 8);
+/* A SharePartitionState of `type` holding `items` (references stolen). */
+static PyObject *state_of(PyObject *type, PyObject *items[STATE_SIZE]) {
+    PyObject *state = new_tuple(type, STATE_SIZE);
     if (!state) {
-        for (int i = 0; i < 8; i++) Py_XDECREF(items[i]);
+        for (int i = 0; i < STATE_SIZE; i++) Py_XDECREF(items[i]);
         return NULL;
     }
-    for (int i = 0; i < 8; i++) PyTuple_SET_ITEM(state, i, items[i]);
+    for (int i = 0; i < STATE_SIZE; i++) PyTuple_SET_ITEM(state, i, items[i]);
     return state;
 }
 
@@ -105,15 +107,19 @@ static PyObject *get_or_none(PyObject *map, PyObject *key) {
     return Py_NewRef(v);
 }
 
+/* Append the key's HistoryEntry (sharestate.replay.share_log): (offset, timestamp, key,
+ * then the key's item of each map below, None where absent). */
 static int record_history(PyObject *ctx, PyObject *history, PyObject *offset, PyObject *ts,
                           PyObject *key) {
-    PyObject *entry = PyTuple_New(8);
+    static const int maps[] = { CTX_STATES, CTX_LEADER_EPOCHS, CTX_STATE_EPOCHS, CTX_COUNTS,
+                                CTX_SNAPSHOT_OFFSETS };
+    enum { MAPS = sizeof maps / sizeof maps[0] };
+    PyObject *entry = PyTuple_New(3 + MAPS);
     if (!entry) return -1;
     PyTuple_SET_ITEM(entry, 0, Py_NewRef(offset));
     PyTuple_SET_ITEM(entry, 1, Py_NewRef(ts));
     PyTuple_SET_ITEM(entry, 2, Py_NewRef(key));
-    static const int maps[5] = { 0, 1, 2, 3, 12 };
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < MAPS; i++) {
         PyObject *v = get_or_none(PyTuple_GET_ITEM(ctx, maps[i]), key);
         if (!v) { Py_DECREF(entry); return -1; }
         PyTuple_SET_ITEM(entry, 3 + i, v);
@@ -127,52 +133,72 @@ static int record_history(PyObject *ctx, PyObject *history, PyObject *offset, Py
 static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *decoded,
                      PyObject *slot_table, PyObject *history) {
     if (!Py_IS_TYPE(decoded, (PyTypeObject *)key_value_type)) return 0;
-    PyObject *type_id = PyTuple_GET_ITEM(decoded, 0), *kind = PyTuple_GET_ITEM(decoded, 1);
-    PyObject *key_values = PyTuple_GET_ITEM(decoded, 2), *version = PyTuple_GET_ITEM(decoded, 3);
-    PyObject *values = PyTuple_GET_ITEM(decoded, 4), *error = PyTuple_GET_ITEM(decoded, 5);
+    PyObject *kind = PyTuple_GET_ITEM(decoded, KV_KIND);
+    PyObject *key_values = PyTuple_GET_ITEM(decoded, KV_KEY);
+    PyObject *version = PyTuple_GET_ITEM(decoded, KV_VALUE_VERSION);
+    PyObject *values = PyTuple_GET_ITEM(decoded, KV_VALUE);
+    PyObject *error = PyTuple_GET_ITEM(decoded, KV_ERROR);
     if (error != Py_None || kind == Py_None || key_values == Py_None || values == Py_None
         || version == Py_None) {
         return 0;
     }
-    PyObject *slots = native_value_slots(slot_table, type_id, version);
+    PyObject *slots = native_value_slots(slot_table, kind, version);
     if (!slots) return PyErr_Occurred() ? -1 : 0;
-    PyObject *raw_batches = PyTuple_GET_ITEM(values, native_slot(slots, 8));
+    PyObject *raw_batches = PyTuple_GET_ITEM(values, native_slot(slots, VALUE_SLOT_BATCHES));
     int valid = batches_valid(raw_batches, slots);
     if (valid <= 0) return valid;
-    /* The combiner reads (first, last, state, count) from items 0-3 of any tuple, so an
-     * update merged into an existing state needs no StateBatch copies of its batches. */
-    int raw_order = native_slot(slots, 9) == 0 && native_slot(slots, 10) == 1
-                    && native_slot(slots, 11) == 2 && native_slot(slots, 12) == 3;
+    /* The combiner reads a StateBatch's fields from any tuple, so an update merged into an
+     * existing state needs no StateBatch copies of batches whose structs hold them so. */
+    int raw_order = native_slot(slots, VALUE_SLOT_FIRST_OFFSET) == BATCH_FIRST_OFFSET
+                    && native_slot(slots, VALUE_SLOT_LAST_OFFSET) == BATCH_LAST_OFFSET
+                    && native_slot(slots, VALUE_SLOT_DELIVERY_STATE) == BATCH_DELIVERY_STATE
+                    && native_slot(slots, VALUE_SLOT_DELIVERY_COUNT) == BATCH_DELIVERY_COUNT;
     PyObject *batches = NULL;
 
-    PyObject *states = PyTuple_GET_ITEM(ctx, 0), *leader_epochs = PyTuple_GET_ITEM(ctx, 1);
-    PyObject *state_epochs = PyTuple_GET_ITEM(ctx, 2), *counts = PyTuple_GET_ITEM(ctx, 3);
-    PyObject *offsets_update = PyTuple_GET_ITEM(ctx, 4), *limit = PyTuple_GET_ITEM(ctx, 5);
-    PyObject *first_count = PyTuple_GET_ITEM(ctx, 6), *fresh_epoch = PyTuple_GET_ITEM(ctx, 7);
-    PyObject *fresh_ts = PyTuple_GET_ITEM(ctx, 8), *key_type = PyTuple_GET_ITEM(ctx, 9);
-    PyObject *state_type = PyTuple_GET_ITEM(ctx, 10);
+    PyObject *states = PyTuple_GET_ITEM(ctx, CTX_STATES);
+    PyObject *leader_epochs = PyTuple_GET_ITEM(ctx, CTX_LEADER_EPOCHS);
+    PyObject *state_epochs = PyTuple_GET_ITEM(ctx, CTX_STATE_EPOCHS);
+    PyObject *counts = PyTuple_GET_ITEM(ctx, CTX_COUNTS);
+    PyObject *update_offsets = PyTuple_GET_ITEM(ctx, CTX_UPDATE_OFFSETS);
+    PyObject *limit = PyTuple_GET_ITEM(ctx, CTX_LIMIT);
+    PyObject *first_count = PyTuple_GET_ITEM(ctx, CTX_FIRST_UPDATE_COUNT);
+    PyObject *fresh_epoch = PyTuple_GET_ITEM(ctx, CTX_FRESH_STATE_EPOCH);
+    PyObject *fresh_ts = PyTuple_GET_ITEM(ctx, CTX_FRESH_TIMESTAMP);
+    PyObject *key_type = PyTuple_GET_ITEM(ctx, CTX_KEY_TYPE);
+    PyObject *state_type = PyTuple_GET_ITEM(ctx, CTX_STATE_TYPE);
 
-    PyObject *key = new_tuple(key_type, 3);
+    /* The key struct's first fields are the ShareKey's (native_slots checks the layouts). */
+    PyObject *key = new_tuple(key_type, SHARE_KEY_SIZE);
     if (!key) return -1;
-    for (int i = 0; i < 3; i++) PyTuple_SET_ITEM(key, i, Py_NewRef(PyTuple_GET_ITEM(key_values, i)));
+    for (int i = 0; i < SHARE_KEY_SIZE; i++) {
+        PyTuple_SET_ITEM(key, i, Py_NewRef(PyTuple_GET_ITEM(key_values, i)));
+    }
 
-    int is_snapshot = PyObject_IsTrue(PyTuple_GET_ITEM(slots, 0));
+    int is_snapshot = PyObject_IsTrue(PyTuple_GET_ITEM(slots, VALUE_SLOT_IS_SNAPSHOT));
     PyObject *minus_one = PyLong_FromLong(-1);
-    PyObject *leader_epoch = PyTuple_GET_ITEM(values, native_slot(slots, 3));
-    PyObject *start = PyTuple_GET_ITEM(values, native_slot(slots, 4));
+    PyObject *leader_epoch = PyTuple_GET_ITEM(values, native_slot(slots, VALUE_SLOT_LEADER_EPOCH));
+    PyObject *start = PyTuple_GET_ITEM(values, native_slot(slots, VALUE_SLOT_START_OFFSET));
     int rc = -1;
     if (!minus_one || max_into(leader_epochs, key, leader_epoch) < 0) goto done;
     if (is_snapshot) {
-        long sei = native_slot(slots, 2);
+        long sei = native_slot(slots, VALUE_SLOT_STATE_EPOCH);
         if (sei < 0) { rc = 0; goto done; }
         PyObject *state_epoch = PyTuple_GET_ITEM(values, sei);
         if (max_into(state_epochs, key, state_epoch) < 0) goto done;
         if (!(batches = state_batches(raw_batches, slots))) goto done;
-        PyObject *items[8] = {
-            Py_NewRef(PyTuple_GET_ITEM(values, native_slot(slots, 1))), Py_NewRef(state_epoch),
-            Py_NewRef(leader_epoch), Py_NewRef(start),
-            field(values, native_slot(slots, 5), minus_one), field(values, native_slot(slots, 6), Py_None),
-            field(values, native_slot(slots, 7), Py_None), Py_NewRef(batches) };
+        PyObject *items[STATE_SIZE] = {
+            [STATE_SNAPSHOT_EPOCH] = Py_NewRef(
+                PyTuple_GET_ITEM(values, native_slot(slots, VALUE_SLOT_SNAPSHOT_EPOCH))),
+            [STATE_STATE_EPOCH] = Py_NewRef(state_epoch),
+            [STATE_LEADER_EPOCH] = Py_NewRef(leader_epoch),
+            [STATE_START_OFFSET] = Py_NewRef(start),
+            [STATE_DELIVERY_COMPLETE_COUNT] = field(
+                values, native_slot(slots, VALUE_SLOT_DELIVERY_COMPLETE_COUNT), minus_one),
+            [STATE_CREATE_TIMESTAMP] = field(
+                values, native_slot(slots, VALUE_SLOT_CREATE_TIMESTAMP), Py_None),
+            [STATE_WRITE_TIMESTAMP] = field(
+                values, native_slot(slots, VALUE_SLOT_WRITE_TIMESTAMP), Py_None),
+            [STATE_BATCHES] = Py_NewRef(batches) };
         PyObject *state = state_of(state_type, items);
         if (!state) goto done;
         int set = PyDict_SetItem(states, key, state);
@@ -192,39 +218,51 @@ static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *de
         } else if (PyErr_Occurred()) {
             goto done;
         }
-        PyObject *res = PyObject_CallFunctionObjArgs(offsets_update, key, offset, Py_False, NULL);
+        PyObject *res = PyObject_CallFunctionObjArgs(update_offsets, key, offset, Py_False, NULL);
         if (!res) goto done;
         Py_DECREF(res);
     } else {
-        long dcci = native_slot(slots, 5);
+        long dcci = native_slot(slots, VALUE_SLOT_DELIVERY_COMPLETE_COUNT);
         PyObject *dcc = dcci < 0 ? minus_one : PyTuple_GET_ITEM(values, dcci);
         PyObject *state = PyDict_GetItemWithError(states, key);
         PyObject *new_state;
         if (!state) {
             if (PyErr_Occurred()) goto done;
             if (!(batches = state_batches(raw_batches, slots))) goto done;
-            PyObject *items[8] = {
-                Py_NewRef(PyTuple_GET_ITEM(values, native_slot(slots, 1))), Py_NewRef(fresh_epoch),
-                Py_NewRef(leader_epoch), Py_NewRef(start), Py_NewRef(dcc), Py_NewRef(fresh_ts),
-                Py_NewRef(fresh_ts), Py_NewRef(batches) };
+            PyObject *items[STATE_SIZE] = {
+                [STATE_SNAPSHOT_EPOCH] = Py_NewRef(
+                    PyTuple_GET_ITEM(values, native_slot(slots, VALUE_SLOT_SNAPSHOT_EPOCH))),
+                [STATE_STATE_EPOCH] = Py_NewRef(fresh_epoch),
+                [STATE_LEADER_EPOCH] = Py_NewRef(leader_epoch),
+                [STATE_START_OFFSET] = Py_NewRef(start),
+                [STATE_DELIVERY_COMPLETE_COUNT] = Py_NewRef(dcc),
+                [STATE_CREATE_TIMESTAMP] = Py_NewRef(fresh_ts),
+                [STATE_WRITE_TIMESTAMP] = Py_NewRef(fresh_ts),
+                [STATE_BATCHES] = Py_NewRef(batches) };
             new_state = state_of(state_type, items);
         } else {
             int keep_start = PyObject_RichCompareBool(start, minus_one, Py_EQ);
             int keep_epoch = PyObject_RichCompareBool(leader_epoch, minus_one, Py_EQ);
             if (keep_start < 0 || keep_epoch < 0) goto done;
-            PyObject *s = keep_start ? PyTuple_GET_ITEM(state, 3) : start;
+            PyObject *s = keep_start ? PyTuple_GET_ITEM(state, STATE_START_OFFSET) : start;
             long long start_value = PyLong_AsLongLong(s);
             if (start_value == -1 && PyErr_Occurred()) goto done;
             if (!raw_order && !(batches = state_batches(raw_batches, slots))) goto done;
-            PyObject *combined = native_combine_batches(PyTuple_GET_ITEM(state, 7),
+            PyObject *combined = native_combine_batches(PyTuple_GET_ITEM(state, STATE_BATCHES),
                                                         batches ? batches : raw_batches,
                                                         start_value);
             if (!combined) goto done;
-            PyObject *items[8] = {
-                Py_NewRef(PyTuple_GET_ITEM(state, 0)), Py_NewRef(PyTuple_GET_ITEM(state, 1)),
-                Py_NewRef(keep_epoch ? PyTuple_GET_ITEM(state, 2) : leader_epoch), Py_NewRef(s),
-                Py_NewRef(dcc), Py_NewRef(PyTuple_GET_ITEM(state, 5)),
-                Py_NewRef(PyTuple_GET_ITEM(state, 6)), combined };
+            PyObject *items[STATE_SIZE] = {
+                [STATE_SNAPSHOT_EPOCH] = Py_NewRef(PyTuple_GET_ITEM(state, STATE_SNAPSHOT_EPOCH)),
+                [STATE_STATE_EPOCH] = Py_NewRef(PyTuple_GET_ITEM(state, STATE_STATE_EPOCH)),
+                [STATE_LEADER_EPOCH] = Py_NewRef(
+                    keep_epoch ? PyTuple_GET_ITEM(state, STATE_LEADER_EPOCH) : leader_epoch),
+                [STATE_START_OFFSET] = Py_NewRef(s),
+                [STATE_DELIVERY_COMPLETE_COUNT] = Py_NewRef(dcc),
+                [STATE_CREATE_TIMESTAMP] = Py_NewRef(
+                    PyTuple_GET_ITEM(state, STATE_CREATE_TIMESTAMP)),
+                [STATE_WRITE_TIMESTAMP] = Py_NewRef(PyTuple_GET_ITEM(state, STATE_WRITE_TIMESTAMP)),
+                [STATE_BATCHES] = combined };
             new_state = state_of(state_type, items);
         }
         if (!new_state) goto done;
@@ -233,7 +271,7 @@ static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *de
         if (set < 0) goto done;
         PyObject *count = PyDict_GetItemWithError(counts, key);
         PyObject *next;
-        if (count) next = PyNumber_Add(count, PyTuple_GET_ITEM(ctx, 11));
+        if (count) next = PyNumber_Add(count, one);
         else if (PyErr_Occurred()) goto done;
         else next = Py_NewRef(first_count);
         if (!next) goto done;
@@ -251,7 +289,7 @@ done:
 
 PyObject *native_share_apply(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 8 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 13
+    if (nargs != 8 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != CTX_SIZE
         || !PyList_Check(args[1]) || !PyList_Check(args[2]) || !PyDict_Check(args[5])
         || (args[7] != Py_None && !PyList_Check(args[7]))) {
         PyErr_SetString(PyExc_TypeError, "share_apply(context, records, decoded, as_of_offset, "
@@ -277,8 +315,8 @@ PyObject *native_share_apply(PyObject *self, PyObject *const *args, Py_ssize_t n
     PyObject *result = NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *record = PyList_GET_ITEM(records, i);
-        PyObject *offset = native_record_field(record, 0);
-        PyObject *ts = offset ? native_record_field(record, 1) : NULL;
+        PyObject *offset = native_record_field(record, RECORD_OFFSET);
+        PyObject *ts = offset ? native_record_field(record, RECORD_TIMESTAMP) : NULL;
         if (!ts) { Py_XDECREF(offset); goto done; }
         long long o = PyLong_AsLongLong(offset), t = PyLong_AsLongLong(ts);
         int rc = PyErr_Occurred() ? -1 : 1;

@@ -1,17 +1,15 @@
-/* Native twin of sharestate/records/codec.py `read_struct`.
+/* Native twin of sharestate/records/codec.py `read_struct_py`.
  *
- * A layout arrives as nested tuples built by sharestate/native.py:
- *   struct = (flexible, width, defaults, regular_slots, tagged_slots, names)
- *   slot   = (index, kind, nullable, flexible, sub, name)
- *     sub is a struct for STRUCT, an element slot for ARRAY, None otherwise
- *   tagged_slots = ((tag, slot), ...) sorted by tag
+ * A layout arrives as the StructProgram sharestate/records/codec.py builds of it (fields:
+ * STRUCT_PROGRAM_* and SLOT_PROGRAM_* in native.h; kinds: WIRE_KINDS):
+ *   StructProgram = (flexible, width, defaults, regular, tagged, names)
+ *   SlotProgram   = (position, kind, nullable, flexible, sub, name)
+ *     sub is a StructProgram for STRUCT, the element's SlotProgram for ARRAY, else None
+ *   tagged = ((tag, SlotProgram), ...) sorted by tag
  * It is compiled once into C structures kept in a capsule. The output is the same tuple
  * the Python codec builds, and errors raise the same DecodeError(message, position).
  */
 #include "native.h"
-
-enum { K_BOOL, K_INT8, K_INT16, K_UINT16, K_INT32, K_INT64, K_FLOAT64, K_UUID, K_STRING,
-       K_BYTES, K_STRUCT, K_ARRAY };
 
 typedef struct Layout Layout;
 
@@ -61,18 +59,18 @@ static void free_layout(Layout *layout) {
 static Layout *compile_layout(PyObject *prog);
 
 static int compile_slot(PyObject *prog, Slot *slot) {
-    if (!PyTuple_Check(prog) || PyTuple_GET_SIZE(prog) != 6) {
-        PyErr_SetString(PyExc_TypeError, "slot program must be a 6-tuple");
+    if (!PyTuple_Check(prog) || PyTuple_GET_SIZE(prog) != SLOT_PROGRAM_SIZE) {
+        PyErr_SetString(PyExc_TypeError, "a slot program is a SlotProgram");
         return -1;
     }
     memset(slot, 0, sizeof(*slot));
-    slot->index = PyLong_AsSsize_t(PyTuple_GET_ITEM(prog, 0));
-    slot->kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(prog, 1));
-    slot->nullable = PyObject_IsTrue(PyTuple_GET_ITEM(prog, 2));
-    slot->flexible = PyObject_IsTrue(PyTuple_GET_ITEM(prog, 3));
-    slot->name = PyTuple_GET_ITEM(prog, 5);
+    slot->index = PyLong_AsSsize_t(PyTuple_GET_ITEM(prog, SLOT_PROGRAM_POSITION));
+    slot->kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(prog, SLOT_PROGRAM_KIND));
+    slot->nullable = PyObject_IsTrue(PyTuple_GET_ITEM(prog, SLOT_PROGRAM_NULLABLE));
+    slot->flexible = PyObject_IsTrue(PyTuple_GET_ITEM(prog, SLOT_PROGRAM_FLEXIBLE));
+    slot->name = PyTuple_GET_ITEM(prog, SLOT_PROGRAM_NAME);
     if (PyErr_Occurred()) return -1;
-    PyObject *sub = PyTuple_GET_ITEM(prog, 4);
+    PyObject *sub = PyTuple_GET_ITEM(prog, SLOT_PROGRAM_SUB);
     if (slot->kind == K_STRUCT) {
         slot->layout = compile_layout(sub);
         if (!slot->layout) return -1;
@@ -85,17 +83,17 @@ static int compile_slot(PyObject *prog, Slot *slot) {
 }
 
 static Layout *compile_layout(PyObject *prog) {
-    if (!PyTuple_Check(prog) || PyTuple_GET_SIZE(prog) != 6) {
-        PyErr_SetString(PyExc_TypeError, "struct program must be a 6-tuple");
+    if (!PyTuple_Check(prog) || PyTuple_GET_SIZE(prog) != STRUCT_PROGRAM_SIZE) {
+        PyErr_SetString(PyExc_TypeError, "a struct program is a StructProgram");
         return NULL;
     }
     Layout *layout = PyMem_Calloc(1, sizeof(Layout));
     if (!layout) { PyErr_NoMemory(); return NULL; }
-    layout->flexible = PyObject_IsTrue(PyTuple_GET_ITEM(prog, 0));
-    layout->width = PyLong_AsSsize_t(PyTuple_GET_ITEM(prog, 1));
-    layout->defaults = PyTuple_GET_ITEM(prog, 2);
-    PyObject *regular = PyTuple_GET_ITEM(prog, 3);
-    PyObject *tagged = PyTuple_GET_ITEM(prog, 4);
+    layout->flexible = PyObject_IsTrue(PyTuple_GET_ITEM(prog, STRUCT_PROGRAM_FLEXIBLE));
+    layout->width = PyLong_AsSsize_t(PyTuple_GET_ITEM(prog, STRUCT_PROGRAM_WIDTH));
+    layout->defaults = PyTuple_GET_ITEM(prog, STRUCT_PROGRAM_DEFAULTS);
+    PyObject *regular = PyTuple_GET_ITEM(prog, STRUCT_PROGRAM_REGULAR);
+    PyObject *tagged = PyTuple_GET_ITEM(prog, STRUCT_PROGRAM_TAGGED);
     if (PyErr_Occurred() || !PyTuple_Check(layout->defaults) || !PyTuple_Check(regular)
         || !PyTuple_Check(tagged)) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "bad struct program");

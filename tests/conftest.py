@@ -13,6 +13,11 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE_ENV = "SHARESTATE_CONFORMANCE_DIR"
 
 
+def under_ci() -> bool:
+    """Whether the tests run under CI (CI set, as CI services do, and not to 0 / false)."""
+    return os.environ.get("CI", "").lower() not in ("", "0", "false")
+
+
 def conformance_root() -> Path:
     """Where the Kafka-produced fixture folders live (may not exist)."""
     configured = os.environ.get(CONFORMANCE_ENV)

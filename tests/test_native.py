@@ -1,31 +1,76 @@
-"""The C struct reader gives exactly what the pure-Python reader gives, good bytes or bad."""
+"""Each C twin in `sharestate._native` gives exactly what its pure-Python twin gives (results
+and exceptions), on Kafka's fixtures, random input and damaged input."""
 
 from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import conformance_dir
+from conftest import conformance_dir, under_ci
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sharestate import native
+from sharestate.analytics.audit import _Seen
 from sharestate.coordinator.combiner import combine, combine_py
-from sharestate.coordinator.share_state import StateBatch
+from sharestate.coordinator.shard import NativeContext
+from sharestate.coordinator.share_state import (
+    ShareKey,
+    SharePartitionState,
+    StateBatch,
+    ValueSlots,
+)
 from sharestate.log import Batch, RawRecord, discover, read_batches
 from sharestate.log.records_v2 import parse_records, parse_records_py
 from sharestate.records import catalog
-from sharestate.records.codec import DecodeError, read_struct, read_struct_py
-from sharestate.records.keyvalue import decode_key_values
-from sharestate.records.spec import StructLayout
+from sharestate.records.codec import (
+    DecodeError,
+    SlotProgram,
+    StructProgram,
+    read_struct,
+    read_struct_py,
+)
+from sharestate.records.keyvalue import KeyValue, KindPrograms, decode_key_values
+from sharestate.records.spec import Kind, StructLayout
 from sharestate.tables.arrow_log import records_of
-from sharestate.tables.columns import int_columns, int_columns_py, transpose, transpose_py
+from sharestate.tables.columns import (
+    flatten_batches_py,
+    int_columns,
+    int_columns_py,
+    state_batches_array,
+    transpose,
+    transpose_py,
+)
 
-pytestmark = pytest.mark.skipif(native.module is None, reason="sharestate._native is not built")
+
+@pytest.fixture(autouse=True, scope="module")
+def _extension() -> None:
+    """Without the extension there is nothing to compare: an error, unless pure Python was
+    asked for (SHARESTATE_PURE_PYTHON=1) outside CI."""
+    if native.enabled():
+        return
+    if os.environ.get(native.PURE_PYTHON_ENV) != "1":
+        pytest.fail("sharestate._native is not built (make install builds it; see setup.py)",
+                    pytrace=False)
+    if under_ci():
+        pytest.fail(f"{native.PURE_PYTHON_ENV}=1 under CI: these tests need the C extension",
+                    pytrace=False)
+    pytest.skip(f"{native.PURE_PYTHON_ENV}=1: the C extension is off")
+
+
+def test_c_reads_every_tuple_in_its_named_tuple_field_order() -> None:
+    """The index constants of csrc/native.h (exported as FIELDS and KINDS) are the field
+    orders of the NamedTuples C reads and builds, and the numbers of the wire kinds."""
+    classes = (NativeContext, ValueSlots, StructProgram, SlotProgram, KindPrograms, KeyValue,
+               RawRecord, ShareKey, StateBatch, SharePartitionState, _Seen)
+    assert {cls.__name__: cls._fields for cls in classes} == native.module.FIELDS
+    assert tuple(kind.name for kind in Kind) == native.module.KINDS
+    assert [int(kind) for kind in Kind] == list(range(len(Kind)))
 
 
 def _layouts() -> list[StructLayout]:
@@ -298,5 +343,172 @@ def test_native_records_of_arrow_columns_equal_raw_records(
     start = min(cut, len(rows) - 1)
     sliced = [c.slice(start) for c in columns]
     built = records_of(*sliced)
-    assert all(type(r) is native.module.Record for r in built)  # type: ignore[union-attr]
+    assert all(type(r) is native.module.Record for r in built)
     assert built == [RawRecord(o, t, -1, k, v, ()) for o, t, k, v in rows[start:]]
+
+
+# -- share_apply: the shard's replay in C against `_Applier.apply_all` ----------------------
+
+_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
+_OFFSET = st.integers(0, 40)
+_SMALL_EPOCH = st.integers(-1, 3)
+
+
+@st.composite
+def _share_value(draw: st.DrawFn, snapshot: bool) -> Any:
+    from sharestate.coordinator.share_state import ShareValue
+
+    first = draw(st.lists(_OFFSET, max_size=4))
+    batches = [StateBatch(f, f + draw(st.integers(-1, 8)), draw(st.integers(0, 4)),
+                          draw(st.integers(0, 5))) for f in first]  # now and then invalid
+    return ShareValue(snapshot, draw(st.integers(0, 4)),
+                      draw(_SMALL_EPOCH) if snapshot else None, draw(_SMALL_EPOCH),
+                      draw(st.integers(-1, 40)), draw(st.integers(-1, 5)),
+                      draw(st.integers(0, 9)) if snapshot else None,
+                      draw(st.integers(0, 9)) if snapshot else None, tuple(batches))
+
+
+def _damage(data: bytes | None, draw: st.DrawFn) -> bytes | None:
+    """The bytes as they are, or cut, flipped or extended (a version or type id included)."""
+    if data is None or draw(st.integers(0, 5)) != 0:
+        return data
+    mutated = bytearray(data[:draw(st.integers(0, len(data)))])
+    for _ in range(draw(st.integers(0, 2))):
+        if mutated:
+            mutated[draw(st.integers(0, len(mutated) - 1))] = draw(st.integers(0, 255))
+    return bytes(mutated + draw(st.binary(max_size=2)))
+
+
+@st.composite
+def _share_batches(draw: st.DrawFn) -> list[Any]:
+    """Batches of share-state records in the 4.0 and 4.1 layouts (one dialect per batch, as
+    per segment), decoded: snapshots, updates (4.0 ones at value versions 0 and 1), both
+    tombstones, damaged bytes, control records; transactional or not; timestamps out of
+    order now and then."""
+    from sharestate.log import BatchHeader, ControlRecord
+    from sharestate.persister.record_codec import EmittedRecord, ShareRecordCodec
+    from sharestate.records.catalog import SHARE_STATE_TOPIC
+
+    batches = []
+    offset, timestamp = 0, 1000
+    for _ in range(draw(st.integers(1, 6))):
+        name = draw(st.sampled_from(("4.0", "4.1")))
+        codec = ShareRecordCodec(name, draw(st.sampled_from((0, 1))) if name == "4.0" else 0)
+        records, decoded = [], []
+        control = draw(st.integers(0, 7)) == 0
+        for _ in range(1 if control else draw(st.integers(1, 8))):
+            timestamp += draw(st.integers(-2, 3))
+            if control:
+                records.append(RawRecord(offset, timestamp, -1, b"", b"", ()))
+                decoded.append(ControlRecord(draw(st.sampled_from(("COMMIT", "ABORT"))),
+                                             draw(st.integers(0, 1)), 0, 0, 0))
+                offset += 1
+                continue
+            type_id = draw(st.integers(0, 1))
+            key = ShareKey(draw(st.sampled_from(("g", "h"))), _TOPIC_ID, draw(st.integers(0, 1)))
+            value = None if draw(st.integers(0, 9)) == 0 else draw(_share_value(type_id == 0))
+            key_bytes, value_bytes = codec.encode(EmittedRecord(
+                offset, timestamp, type_id, key, None,
+                None if value is None else codec.storable(type_id, value)))
+            records.append(RawRecord(offset, timestamp, -1, _damage(key_bytes, draw),
+                                     _damage(value_bytes, draw), ()))
+            offset += 1
+        if not control:
+            decoded = decode_key_values(catalog.dialect(name), SHARE_STATE_TOPIC, records)
+        transactional = control or draw(st.integers(0, 4)) == 0
+        header = BatchHeader(0, records[0].offset, records[-1].offset, 0, 0, 2, 0, True, "none",
+                             "CreateTime", 0, 0, 7 if transactional else -1, 0, -1,
+                             transactional, control, len(records), False)
+        batches.append((header, records, decoded))
+    return batches
+
+
+def _apply(batches: list[Any], limit: int, as_of: Any, collect: bool, in_c: bool) -> Any:
+    """Replay the batches into a fresh 4.1 shard in C (`share_apply`) or in Python
+    (`_Applier.apply_all`); everything either leaves behind, or the exception raised."""
+    from sharestate.coordinator.shard import ShareShard
+    from sharestate.coordinator.share_rules import rules_for
+    from sharestate.replay.share_log import _Applier, native_slots
+
+    shard = ShareShard(rules_for("4.1", limit))
+    findings: list[Any] = []
+    applier = _Applier(shard, findings, None)
+    context = shard.native_context()
+    assert context is not None
+    slots = native_slots(("4.0", "4.1"))
+    steps: list[Any] = []
+    for header, records, decoded in batches:
+        entries: list[Any] = []
+        applier.header = header
+        applier.entries = entries if collect else None
+        try:
+            if in_c:
+                step = native.module.share_apply(context, records, decoded, as_of.offset,
+                                                 as_of.time, slots, applier.apply,
+                                                 applier.entries)
+            else:
+                step = applier.apply_all(records, decoded, as_of)
+        except Exception as exc:  # the same exception from both, or the test fails
+            steps.append(("raised", type(exc), str(exc)))
+            break
+        steps.append((step, entries))
+        if step[1]:
+            break
+    offsets = shard._offsets
+    return (steps, findings, shard.findings, list(shard._states.items()),
+            list(shard._leader_epochs.items()), list(shard._state_epochs.items()),
+            list(shard._counts.items()), list(offsets.tracked().items()), offsets.raw)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches=_share_batches(), limit=st.sampled_from((1, 2, 3, 500)),
+       bound=st.sampled_from(("none", "offset", "time")), at=st.integers(0, 30),
+       collect=st.booleans())
+def test_native_share_apply_matches_python(batches: list[Any], limit: int, bound: str, at: int,
+                                           collect: bool) -> None:
+    """Random and damaged share-state histories, mixed 4.0 / 4.1 layouts, bounded by offset
+    or time or not: the shard, its offsets manager, the findings, the history entries and
+    each call's result are the same in C and in Python."""
+    from sharestate.replay.logs import AsOf
+
+    as_of = AsOf(at if bound == "offset" else None, 1000 + at if bound == "time" else None)
+    in_c = _apply(batches, limit, as_of, collect, in_c=True)
+    assert in_c == _apply(batches, limit, as_of, collect, in_c=False)
+
+
+# -- flatten_batches: state batches to Arrow buffers against `flatten_batches_py` ----------
+
+_INT64 = st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from((2**63, -(2**63) - 1)))
+_INT32 = st.one_of(st.integers(-(2**31), 2**31 - 1), st.sampled_from((2**31, -(2**31) - 1)))
+_VALUE = st.one_of(st.booleans(), st.none(), st.just("7"), st.just(1.5))
+_BATCH_ROW = st.one_of(
+    st.builds(StateBatch, _INT64, _INT64, _INT32, _INT32),
+    st.tuples(_INT64, _INT64, _INT32, _INT32, st.none()),  # a decoded batch struct
+    st.tuples(_INT64, _INT64, st.one_of(_INT32, _VALUE), st.one_of(_INT32, _VALUE)),
+    st.tuples(_INT64, _INT64, _INT32),  # too short
+    st.lists(_INT32, min_size=4, max_size=4),  # not a tuple
+)
+_STATE = st.one_of(
+    st.none(),
+    st.tuples(*[st.integers(0, 3)] * 7, st.lists(_BATCH_ROW, max_size=4).map(tuple)),
+    st.tuples(st.integers(0, 3), st.lists(_BATCH_ROW, max_size=4).map(tuple)),
+    st.tuples(*[st.integers(0, 3)] * 7, st.lists(_BATCH_ROW, max_size=2)),  # a list of batches
+    st.lists(st.integers(0, 3), max_size=8),  # not a tuple
+)
+
+
+def _flattened(flatten: Any, states: list[Any], item: int) -> tuple[Any, ...]:
+    try:
+        column = flatten(states, item)
+    except Exception as exc:  # the same exception from both, or the test fails
+        return ("raised", type(exc), str(exc))
+    return ("ok", column.type, column.to_pylist())
+
+
+@settings(max_examples=1500, deadline=None)
+@given(states=st.lists(_STATE, max_size=6), item=st.sampled_from((7, 1, 0, 9, -1)))
+def test_native_flatten_batches_matches_python(states: list[Any], item: int) -> None:
+    """States with batches at any item, decoded batch structs, values at and beyond the
+    int32 / int64 bounds, wrong types and shapes: the same column or the same exception."""
+    assert (_flattened(state_batches_array, states, item)
+            == _flattened(flatten_batches_py, states, item))

@@ -244,7 +244,7 @@ class ShareAuditor:
         self._seen: dict[ShareKey, _Seen] = {}
         self._deleted: dict[ShareKey, int | None] = {}
         self._slots = (native_slots(tuple(sorted(set(dialects))))
-                       if dialects and native.module is not None else None)
+                       if dialects and native.enabled() else None)
 
     def drain(self) -> list[Row]:
         """The findings emitted since the last call (its transactions' included)."""
@@ -256,7 +256,6 @@ class ShareAuditor:
         if self._slots is not None and (isinstance(item, QuietRun) or (
                 isinstance(item, DecodedBatch) and not item.header.is_transactional
                 and not item.header.is_control)):
-            assert native.module is not None
             native.module.share_audit(self._seen, _Seen, ShareKey, item.records, item.decoded,
                                       self._slots, self._decoded)
             return

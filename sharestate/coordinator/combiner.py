@@ -53,9 +53,8 @@ def combine(so_far: Sequence[StateBatch], new: Sequence[StateBatch],
 
     Runs in C when `sharestate._native` is built (same result as `combine_py`).
     """
-    if native.module is not None:
-        result: Batches = native.module.combine(so_far, new, start_offset)
-        return result
+    if native.enabled():
+        return native.module.combine(so_far, new, start_offset)
     return combine_py(so_far, new, start_offset)
 
 

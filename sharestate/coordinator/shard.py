@@ -34,8 +34,8 @@ Transaction semantics, chosen per shard:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any, Final, NamedTuple
+from collections.abc import Callable, Hashable, Iterator
+from typing import Final, NamedTuple
 
 from sharestate.coordinator.combiner import COMBINERS, SWEEP
 from sharestate.coordinator.offsets_manager import OffsetsManager
@@ -70,6 +70,28 @@ class _Pending(NamedTuple):
     type_id: int
     key: ShareKey
     value: ShareValue | None
+
+
+class NativeContext(NamedTuple):
+    """What `sharestate._native.share_apply` needs to apply clean records to a shard in C:
+    the shard's maps (updated in place), its rules and the types it builds. C reads the
+    fields by position (the `CTX_*` constants of csrc/native.h, checked by
+    tests/test_native.py)."""
+
+    states: dict[ShareKey, SharePartitionState]
+    leader_epochs: dict[ShareKey, int]
+    state_epochs: dict[ShareKey, int]
+    counts: dict[ShareKey, int]
+    update_offsets: Callable[[Hashable, int, bool], None]
+    """The offsets manager's `update_state` (called for each snapshot)."""
+    snapshot_update_records_per_snapshot: int
+    first_update_count: int
+    fresh_update_state_epoch: int
+    fresh_update_timestamp: int | None
+    key_type: type[ShareKey]
+    state_type: type[SharePartitionState]
+    snapshot_offsets: dict[Hashable, int]
+    """The offsets manager's live map (read for history entries)."""
 
 
 class ShareShard:
@@ -238,7 +260,7 @@ class ShareShard:
     def _finding(self, offset: int, code: str, key: ShareKey | None, message: str) -> None:
         self.findings.append(Finding(offset, code, message, key))
 
-    def native_context(self) -> tuple[Any, ...] | None:
+    def native_context(self) -> NativeContext | None:
         """What `sharestate._native.share_apply` needs to apply clean records in C.
 
         None when this shard must replay in Python: the `transactional-acks` semantics or a
@@ -247,11 +269,12 @@ class ShareShard:
         rules = self.rules
         if self._pending is not None or rules.combiner != SWEEP:
             return None
-        return (self._states, self._leader_epochs, self._state_epochs, self._counts,
-                self._offsets.update_state, rules.snapshot_update_records_per_snapshot,
-                rules.first_update_count, rules.fresh_update_state_epoch,
-                rules.fresh_update_timestamp, ShareKey, SharePartitionState, 1,
-                self._offsets.tracked())
+        return NativeContext(
+            self._states, self._leader_epochs, self._state_epochs, self._counts,
+            self._offsets.update_state, rules.snapshot_update_records_per_snapshot,
+            rules.first_update_count, rules.fresh_update_state_epoch,
+            rules.fresh_update_timestamp, ShareKey, SharePartitionState,
+            self._offsets.tracked())
 
     # -- views --------------------------------------------------------------------------
 

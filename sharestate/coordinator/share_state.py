@@ -66,31 +66,43 @@ class SharePartitionState(NamedTuple):
     batches: Batches
 
 
-class _ValueSlots(NamedTuple):
-    """Tuple slots of one value layout (None: the dialect has no such field)."""
+class ValueSlots(NamedTuple):
+    """Where each field of a share-state value layout sits in its decoded tuple (-1: the
+    dialect has no such field); the last four are positions inside each state batch struct.
+
+    `share_value` reads it, and so do `sharestate._native.share_apply` and `share_audit`, by
+    position (the `SLOT_*` constants of csrc/native.h, checked by tests/test_native.py).
+    """
 
     is_snapshot: bool
     snapshot_epoch: int
-    state_epoch: int | None
+    state_epoch: int
     leader_epoch: int
     start_offset: int
-    delivery_complete_count: int | None
-    create_timestamp: int | None
-    write_timestamp: int | None
+    delivery_complete_count: int
+    create_timestamp: int
+    write_timestamp: int
     batches: int
-    batch_fields: tuple[int, int, int, int]
+    first_offset: int
+    last_offset: int
+    delivery_state: int
+    delivery_count: int
 
 
-_SLOTS: dict[int, tuple[StructLayout, _ValueSlots]] = {}
+ABSENT_SLOTS = ValueSlots(False, *(-1,) * (len(ValueSlots._fields) - 1))
+"""The slots of no layout (every field absent)."""
+
+_SLOTS: dict[int, tuple[StructLayout, ValueSlots]] = {}
 _KEY_SLOTS: dict[int, tuple[StructLayout, tuple[int, int, int]]] = {}
 _VALUE_NAMES = {"ShareSnapshotValue": True, "ShareUpdateValue": False}
 
 
-def _optional(layout: StructLayout, name: str) -> int | None:
-    return layout.index(name) if name in layout.names else None
+def _optional(layout: StructLayout, name: str) -> int:
+    return layout.index(name) if name in layout.names else -1
 
 
-def _value_slots(layout: StructLayout) -> _ValueSlots:
+def value_slots(layout: StructLayout) -> ValueSlots:
+    """The slots of a ShareSnapshotValue / ShareUpdateValue layout (cached per layout)."""
     cached = _SLOTS.get(id(layout))
     if cached is not None and cached[0] is layout:
         return cached[1]
@@ -101,7 +113,7 @@ def _value_slots(layout: StructLayout) -> _ValueSlots:
     element = slot.element.struct if slot is not None and slot.element is not None else None
     if element is None:
         raise ValueError(f"{layout.name}.state_batches is not an array of structs")
-    slots = _ValueSlots(
+    slots = ValueSlots(
         is_snapshot=_VALUE_NAMES[layout.name],
         snapshot_epoch=layout.index("snapshot_epoch"),
         state_epoch=_optional(layout, "state_epoch"),
@@ -111,23 +123,13 @@ def _value_slots(layout: StructLayout) -> _ValueSlots:
         create_timestamp=_optional(layout, "create_timestamp"),
         write_timestamp=_optional(layout, "write_timestamp"),
         batches=batches,
-        batch_fields=(element.index("first_offset"), element.index("last_offset"),
-                      element.index("delivery_state"), element.index("delivery_count")),
+        first_offset=element.index("first_offset"),
+        last_offset=element.index("last_offset"),
+        delivery_state=element.index("delivery_state"),
+        delivery_count=element.index("delivery_count"),
     )
     _SLOTS[id(layout)] = (layout, slots)
     return slots
-
-
-def native_value_slots(layout: StructLayout) -> tuple[int, ...]:
-    """A value layout's slots as `sharestate._native.share_apply` reads them (-1: absent)."""
-    s = _value_slots(layout)
-
-    def at(index: int | None) -> int:
-        return -1 if index is None else index
-
-    return (int(s.is_snapshot), s.snapshot_epoch, at(s.state_epoch), s.leader_epoch,
-            s.start_offset, at(s.delivery_complete_count), at(s.create_timestamp),
-            at(s.write_timestamp), s.batches, *s.batch_fields)
 
 
 def share_key(values: tuple[Any, ...], layout: StructLayout) -> ShareKey:
@@ -143,16 +145,16 @@ def share_key(values: tuple[Any, ...], layout: StructLayout) -> ShareKey:
 
 def share_value(values: tuple[Any, ...], layout: StructLayout) -> ShareValue:
     """A ShareValue from a decoded ShareSnapshotValue / ShareUpdateValue struct."""
-    s = _value_slots(layout)
-    f, la, st, c = s.batch_fields
+    s = value_slots(layout)
+    f, la, st, c = s.first_offset, s.last_offset, s.delivery_state, s.delivery_count
     return ShareValue(
         s.is_snapshot,
         values[s.snapshot_epoch],
-        None if s.state_epoch is None else values[s.state_epoch],
+        None if s.state_epoch < 0 else values[s.state_epoch],
         values[s.leader_epoch],
         values[s.start_offset],
-        -1 if s.delivery_complete_count is None else values[s.delivery_complete_count],
-        None if s.create_timestamp is None else values[s.create_timestamp],
-        None if s.write_timestamp is None else values[s.write_timestamp],
+        -1 if s.delivery_complete_count < 0 else values[s.delivery_complete_count],
+        None if s.create_timestamp < 0 else values[s.create_timestamp],
+        None if s.write_timestamp < 0 else values[s.write_timestamp],
         tuple([StateBatch(b[f], b[la], b[st], b[c]) for b in values[s.batches]]),
     )

@@ -170,7 +170,7 @@ class _Scanner:
         pos = self.start
         stop = self.stop
         while stop is None or pos < stop:
-            if native.module is not None:  # the run of clean batches buffered here, in C
+            if native.enabled():  # the run of clean batches buffered here, in C
                 while True:
                     scanned, off = native.module.scan_v2(
                         self.buf, pos - self.base, self.base, self.max_batch, crc32c,

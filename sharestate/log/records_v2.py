@@ -80,12 +80,11 @@ def parse_records(buf: bytes, pos: int, end: int, count: int, base_offset: int,
                   base_timestamp: int, base_sequence: int,
                   ) -> tuple[list[RawRecord], RecordError | None]:
     """Parse `count` v2 records from `buf[pos:end]` (in C when `sharestate._native` is built)."""
-    if native.module is None:
+    if not native.enabled():
         return parse_records_py(buf, pos, end, count, base_offset, base_timestamp,
                                 base_sequence)
-    result: tuple[list[RawRecord], RecordError | None] = native.module.parse_records(
-        buf, pos, end, count, base_offset, base_timestamp, base_sequence)
-    return result
+    return native.module.parse_records(buf, pos, end, count, base_offset, base_timestamp,
+                                       base_sequence)
 
 
 def parse_records_py(buf: bytes, pos: int, end: int, count: int, base_offset: int,

@@ -9,10 +9,13 @@ from __future__ import annotations
 import base64
 import struct
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sharestate import native
 from sharestate.records.spec import Kind, Slot, StructLayout
+
+if TYPE_CHECKING:
+    from typing_extensions import CapsuleType
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
@@ -85,26 +88,52 @@ class _Reader:
         return int(self.fixed(_I32 if wide else _I16))
 
 
-def _slot_program(slot: Slot) -> tuple[Any, ...]:
-    sub: Any = None
+class SlotProgram(NamedTuple):
+    """A `Slot` as `sharestate._native.compile` reads it (by position: the `SLOT_PROGRAM_*`
+    constants of csrc/native.h); `sub` is the struct of a STRUCT, the element of an ARRAY."""
+
+    position: int
+    """Where the field's value goes in the decoded tuple (`Slot.index`)."""
+    kind: int
+    nullable: bool
+    flexible: bool
+    sub: StructProgram | SlotProgram | None
+    name: str
+
+
+class StructProgram(NamedTuple):
+    """A `StructLayout` as `sharestate._native.compile` reads it (the `STRUCT_PROGRAM_*`
+    constants of csrc/native.h); `tagged` is ((tag, slot), ...) sorted by tag."""
+
+    flexible: bool
+    width: int
+    defaults: tuple[Any, ...]
+    regular: tuple[SlotProgram, ...]
+    tagged: tuple[tuple[int, SlotProgram], ...]
+    names: tuple[str, ...]
+
+
+def _slot_program(slot: Slot) -> SlotProgram:
+    sub: StructProgram | SlotProgram | None = None
     if slot.struct is not None:
         sub = _struct_program(slot.struct)
     elif slot.element is not None:
         sub = _slot_program(slot.element)
-    return (slot.index, int(slot.kind), slot.nullable, slot.flexible, sub, slot.name)
+    return SlotProgram(slot.index, int(slot.kind), slot.nullable, slot.flexible, sub,
+                       slot.name)
 
 
-def _struct_program(layout: StructLayout) -> tuple[Any, ...]:
-    return (layout.flexible, layout.width, layout.defaults,
-            tuple(_slot_program(s) for s in layout.regular),
-            tuple((tag, _slot_program(s)) for tag, s in layout.tagged),
-            layout.names)
+def _struct_program(layout: StructLayout) -> StructProgram:
+    """`layout` as the C extension compiles it."""
+    return StructProgram(layout.flexible, layout.width, layout.defaults,
+                         tuple(_slot_program(s) for s in layout.regular),
+                         tuple((tag, _slot_program(s)) for tag, s in layout.tagged),
+                         layout.names)
 
 
 @cache
-def native_program(layout: StructLayout) -> Any:
+def native_program(layout: StructLayout) -> CapsuleType:
     """The compiled native form of `layout` (cached; layouts live for the process)."""
-    assert native.module is not None
     return native.module.compile(_struct_program(layout))
 
 
@@ -114,11 +143,9 @@ def read_struct(layout: StructLayout, data: bytes, pos: int,
 
     Runs in C when `sharestate._native` is available, else in `read_struct_py`.
     """
-    if native.module is None:
+    if not native.enabled():
         return read_struct_py(layout, data, pos, end)
-    result: tuple[tuple[Any, ...], int] = native.module.read_struct(
-        native_program(layout), data, pos, end)
-    return result
+    return native.module.read_struct(native_program(layout), data, pos, end)
 
 
 def read_struct_py(layout: StructLayout, data: bytes, pos: int,

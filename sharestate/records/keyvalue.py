@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache, partial
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sharestate import native
 from sharestate.log import RawRecord
 from sharestate.records.catalog import Dialect, RecordKind
 from sharestate.records.codec import DecodeError, native_program, read_struct, write_struct
+
+if TYPE_CHECKING:
+    from typing_extensions import CapsuleType
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,22 +99,32 @@ def decode_key_value(dialect: Dialect, topic: str, key: bytes | None,
 
 def decode_key_values(dialect: Dialect, topic: str, records: list[RawRecord]) -> list[KeyValue]:
     """`decode_key_value` for every record of a batch (in C when the extension is built)."""
-    if native.module is None:
+    if not native.enabled():
         return [decode_key_value(dialect, topic, r.key, r.value) for r in records]
-    decoded: list[KeyValue] = native.module.decode_key_values(
+    return native.module.decode_key_values(
         records, _native_table(dialect, topic), partial(decode_key_value, dialect, topic))
-    return decoded
+
+
+class KindPrograms(NamedTuple):
+    """A record kind with its compiled key and value layouts, as
+    `sharestate._native.decode_key_values` reads it (the `KIND_PROGRAMS_*` constants of
+    csrc/native.h)."""
+
+    kind: RecordKind
+    key: CapsuleType
+    values: dict[int, CapsuleType]
+    """By value version."""
 
 
 @cache
-def _native_table(dialect: Dialect, topic: str) -> dict[int, tuple[Any, ...]]:
-    table: dict[int, tuple[Any, ...]] = {}
+def _native_table(dialect: Dialect, topic: str) -> dict[int, KindPrograms]:
+    table: dict[int, KindPrograms] = {}
     for type_id, kind in dialect.topics.get(topic, {}).items():
         valid = kind.value.valid
         versions = range(valid.lo, (valid.hi if valid.hi is not None else valid.lo) + 1)
-        table[type_id] = (kind, native_program(kind.key_layout()),
-                          {v: native_program(layout) for v in versions
-                           if (layout := kind.value_layout(v)) is not None})
+        table[type_id] = KindPrograms(kind, native_program(kind.key_layout()),
+                                      {v: native_program(layout) for v in versions
+                                       if (layout := kind.value_layout(v)) is not None})
     return table
 
 

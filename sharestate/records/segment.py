@@ -69,6 +69,11 @@ def detect_segment(segment: Segment, *, dialect_name: str | None = None,
                   dialect_name=dialect_name)
 
 
+Decoded = KeyValue | ControlRecord | Finding
+"""What one record decodes to: a data record's `KeyValue` (its `error` says why one failed),
+a control record's `ControlRecord`, or a `Finding` when a control record is malformed."""
+
+
 class DecodedBatch(NamedTuple):
     """A batch with every record decoded: `decoded[i]` belongs to `records[i]`.
 
@@ -78,7 +83,7 @@ class DecodedBatch(NamedTuple):
 
     header: BatchHeader
     records: list[RawRecord]
-    decoded: list[KeyValue | ControlRecord | Finding]
+    decoded: list[Decoded]
     findings: list[Finding]
 
 
@@ -90,7 +95,7 @@ class QuietRun(NamedTuple):
 
     headers: list[BatchHeader]
     records: list[RawRecord]
-    decoded: list[KeyValue | ControlRecord | Finding]
+    decoded: list[Decoded]
     ends: list[int]
 
     def batches(self) -> Iterator[DecodedBatch]:
@@ -149,7 +154,7 @@ def decode_batches(segment: Segment, detection: Detection) -> Iterator[DecodedBa
             if isinstance(item, Finding):
                 yield item
                 continue
-            decoded: list[KeyValue | ControlRecord | Finding]
+            decoded: list[Decoded]
             if item.header.is_control:
                 decoded = [parse_control(record, item.header) for record in item.records]
             else:

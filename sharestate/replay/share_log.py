@@ -14,10 +14,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from operator import attrgetter, sub
-from typing import Any
 
 from sharestate import native
-from sharestate.coordinator.shard import KAFKA, ShareShard
+from sharestate.coordinator.shard import KAFKA, NativeContext, ShareShard
 from sharestate.coordinator.share_rules import (
     DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT,
     ShareRules,
@@ -26,13 +25,14 @@ from sharestate.coordinator.share_rules import (
 from sharestate.coordinator.share_state import (
     ShareKey,
     SharePartitionState,
-    native_value_slots,
+    ValueSlots,
     share_key,
     share_value,
+    value_slots,
 )
 from sharestate.log import BatchHeader, ControlRecord, Finding, RawRecord
 from sharestate.records.catalog import SHARE_STATE_TOPIC, dialect, dialect_names
-from sharestate.records.segment import LogItem, QuietRun
+from sharestate.records.segment import Decoded, LogItem, QuietRun
 from sharestate.replay.logs import END, AsOf, LogSource
 
 History = Callable[[int, int, ShareKey, ShareShard], None]
@@ -177,10 +177,9 @@ class ShareReplay:
         ledger = result.ledger
         findings = result.findings
         history = self.history
-        context = (shard.native_context() if native.module is not None and history is None
-                   else None)
+        context = shard.native_context() if native.enabled() and history is None else None
         slots = native_slots(tuple(sorted(set(self.log.dialects)))) if context else {}
-        apply = native.module.share_apply if context is not None and native.module else None
+        apply = native.module.share_apply if context is not None else None
         bounded = not as_of.unbounded
         collect = self.collect_history
         observe = self.observe
@@ -217,7 +216,7 @@ class ShareReplay:
             entries: list[HistoryEntry] = []
             applier.header = header
             applier.entries = entries if collect else None
-            if apply is not None:
+            if apply is not None and context is not None:
                 applied, stopped, last_offset, last_timestamp = apply(
                     context, records, item.decoded, as_of.offset, as_of.time, slots,
                     applier.apply, applier.entries)
@@ -242,13 +241,13 @@ class ShareReplay:
         result.reclaimable_records = ledger.records
         result.reclaimable_bytes = ledger.bytes
 
-    def _quiet_run(self, run: QuietRun, applier: _Applier, context: Any,
-                   slots: dict[int, Any]) -> list[HistoryEntry]:
+    def _quiet_run(self, run: QuietRun, applier: _Applier, context: NativeContext | None,
+                   slots: SlotTable) -> list[HistoryEntry]:
         """Apply a whole quiet run in C (unbounded replay only); its history entries.
 
         The ledger then advances once for the run: the prune point only rises, and nothing
         in a quiet run holds it back, so the batches it releases are the same."""
-        assert native.module is not None
+        assert context is not None
         result = self.result
         headers = run.headers
         if result.log_start_offset is None:
@@ -297,7 +296,7 @@ class _Applier:
         self.lasts: list[int] | None = None
         """The last record offset of each batch of `run`, once a record needed it."""
 
-    def apply_in_run(self, record: RawRecord, decoded: Any) -> None:
+    def apply_in_run(self, record: RawRecord, decoded: Decoded) -> None:
         """`apply` for a record of the current quiet run (finds its batch's header)."""
         run = self.run
         assert run is not None
@@ -306,7 +305,7 @@ class _Applier:
         self.header = run.headers[bisect_left(self.lasts, record.offset)]
         self.apply(record, decoded)
 
-    def apply_all(self, records: list[RawRecord], decoded: list[Any],
+    def apply_all(self, records: list[RawRecord], decoded: list[Decoded],
                   as_of: AsOf) -> tuple[int, bool, int | None, int | None]:
         """Apply records until `as_of`: (applied, stopped, last offset, last timestamp)."""
         applied = 0
@@ -319,7 +318,7 @@ class _Applier:
             last = record
         return applied, False, *_where(last)
 
-    def apply(self, record: RawRecord, decoded: Any) -> None:
+    def apply(self, record: RawRecord, decoded: Decoded) -> None:
         """Apply one record: a control marker, a finding, or a share-state record."""
         offset = record.offset
         header = self.header
@@ -359,18 +358,24 @@ def _where(record: RawRecord | None) -> tuple[int | None, int | None]:
     return (None, None) if record is None else (record.offset, record.timestamp)
 
 
+SlotTable = dict[int, dict[int, ValueSlots]]
+"""{id(record kind): {value version: ValueSlots}}: the value layouts C may apply. Keyed by
+the kind object (dialects are loaded once per process), not by type id and version, which
+two dialects share with different layouts."""
+
+
 @cache
-def native_slots(dialects: tuple[str, ...]) -> dict[int, tuple[int, ...]]:
-    """Value slot tables of the share record kinds of `dialects`, keyed type << 16 | version
-    (what `sharestate._native.share_apply` and `share_audit` read)."""
-    table: dict[int, tuple[int, ...]] = {}
+def native_slots(dialects: tuple[str, ...]) -> SlotTable:
+    """The slot table of the share record kinds of `dialects` (what
+    `sharestate._native.share_apply` and `share_audit` read)."""
+    table: SlotTable = {}
     for name in dialects:
-        for type_id, kind in dialect(name).topics.get(SHARE_STATE_TOPIC, {}).items():
+        for kind in dialect(name).topics.get(SHARE_STATE_TOPIC, {}).values():
             if kind.key_layout().names[:3] != ("group_id", "topic_id", "partition"):
                 continue
             valid = kind.value.valid
             for version in range(valid.lo, (valid.hi if valid.hi is not None else valid.lo) + 1):
                 layout = kind.value_layout(version)
                 if layout is not None:
-                    table[type_id << 16 | version] = native_value_slots(layout)
+                    table.setdefault(id(kind), {})[version] = value_slots(layout)
     return table

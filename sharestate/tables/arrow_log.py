@@ -194,7 +194,7 @@ def records_of(offsets: pa.Array, timestamps: pa.Array, keys: pa.Array, values: 
     the key and value bytes, no Python object per field) when the extension is built and
     every offset and timestamp is set, else `RawRecord`s."""
     n = len(offsets)
-    if native.module is None or not n or offsets.null_count or timestamps.null_count:
+    if not native.enabled() or not n or offsets.null_count or timestamps.null_count:
         return list(map(RawRecord, offsets.to_pylist(), timestamps.to_pylist(), repeat(-1, n),
                         keys.to_pylist(), values.to_pylist(), repeat((), n)))
     offsets, timestamps, keys, values = (
@@ -204,7 +204,6 @@ def records_of(offsets: pa.Array, timestamps: pa.Array, keys: pa.Array, values: 
     value_valid, value_offsets, value_data = values.buffers()
     head = key_data.to_pybytes() if key_data is not None else b""
     buffer = head + (value_data.to_pybytes() if value_data is not None else b"")
-    found: list[RawRecord] = native.module.arrow_records(
+    return native.module.arrow_records(
         n, buffer, offsets.buffers()[1], timestamps.buffers()[1], key_offsets, key_valid,
         value_offsets, value_valid, len(head))
-    return found

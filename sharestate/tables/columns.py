@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ BATCHES = pa.list_(BATCH_STRUCT)
 def state_batches_array(states: Sequence[Any], item: int = 7) -> pa.ListArray:
     """A `state_batches` column from item `item` of each state (None: a null list); each
     batch is a tuple starting (first, last, delivery state, delivery count)."""
-    if native.module is None:
+    if not native.enabled():
         return flatten_batches_py(states, item)
     offsets, first, last, state, count, valid = native.module.flatten_batches(states, item)
     n = len(states)
@@ -35,10 +36,31 @@ def state_batches_array(states: Sequence[Any], item: int = 7) -> pa.ListArray:
 
 
 def flatten_batches_py(states: Sequence[Any], item: int = 7) -> pa.ListArray:
-    """The pure-Python `state_batches_array`."""
-    return pa.array([None if s is None else
-                     [{"first_offset": b[0], "last_offset": b[1], "delivery_state": b[2],
-                       "delivery_count": b[3]} for b in s[item]] for s in states], BATCHES)
+    """The pure-Python `state_batches_array` (same checks and errors as the C twin)."""
+    return pa.array([None if s is None else [_batch_row(b) for b in _batches_of(s, item)]
+                     for s in states], BATCHES)
+
+
+def _batches_of(state: Any, item: int) -> tuple[Any, ...]:
+    batches = state[item] if isinstance(state, tuple) and 0 <= item < len(state) else None
+    if not isinstance(batches, tuple):
+        raise TypeError("a state is a tuple whose item `item` holds its batches")
+    return batches
+
+
+_BATCH_BITS = tuple((field.name, field.type.bit_width) for field in BATCH_STRUCT)
+
+
+def _batch_row(batch: Any) -> dict[str, int]:
+    if not isinstance(batch, tuple) or len(batch) < len(_BATCH_BITS):
+        raise TypeError("a state batch is a 4-tuple")
+    row = {}
+    for (name, bits), value in zip(_BATCH_BITS, batch, strict=False):
+        number = operator.index(value)
+        if not -(1 << (bits - 1)) <= number < 1 << (bits - 1):
+            raise OverflowError("a state batch value is out of range")
+        row[name] = number
+    return row
 
 
 Path = tuple[int, ...]
@@ -46,10 +68,9 @@ Path = tuple[int, ...]
 
 def transpose(rows: list[Any], paths: tuple[Path, ...]) -> list[list[Any]]:
     """One list per path: `row[i][j]...` for each row, None where a None is met on the way."""
-    if native.module is None:
+    if not native.enabled():
         return transpose_py(rows, paths)
-    columns: list[list[Any]] = native.module.transpose(rows, paths)
-    return columns
+    return native.module.transpose(rows, paths)
 
 
 def transpose_py(rows: list[Any], paths: tuple[Path, ...]) -> list[list[Any]]:
@@ -68,7 +89,7 @@ def int_columns(rows: list[Any], paths: tuple[Path, ...],
                 types: tuple[pa.DataType, ...]) -> list[pa.Array]:
     """`transpose` for integer columns, as Arrow arrays of `types` (int32 / int64; a None
     met on the way is a null); in C without a Python object per value."""
-    if native.module is None:
+    if not native.enabled():
         return int_columns_py(rows, paths, types)
     n = len(rows)
     buffers = native.module.int_columns(rows, paths, tuple(t.bit_width // 8 for t in types))

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sharestate.coordinator.share_state import native_value_slots
+from sharestate.coordinator.share_state import ABSENT_SLOTS, value_slots
 from sharestate.log import RawRecord
 from sharestate.records.catalog import dialect
 from sharestate.records.keyvalue import KeyValue, decode_key_values
@@ -117,18 +117,19 @@ def _value_columns(kinds: list[Any], versions: list[Any], values: list[Any],
         kind, version = kinds[first], versions[first]
         layout = kind.value_layout(version) if kind is not None and version is not None \
             else None
-        slots = native_value_slots(layout) if layout is not None else (-1,) * 9
+        slots = value_slots(layout) if layout is not None else ABSENT_SLOTS
         dcc = has_delivery_complete_count(dialects[first].as_py())
-        present = [(name, slot) for name, slot in zip(_VALUE_FIELDS, slots[1:8], strict=True)
-                   if slot >= 0 and (dcc or name != "delivery_complete_count")]
+        present = [(name, slot) for name in _VALUE_FIELDS
+                   if (slot := getattr(slots, name)) >= 0
+                   and (dcc or name != "delivery_complete_count")]
         picked = dict(zip([name for name, _ in present], int_columns(
             part, tuple((slot,) for _, slot in present),
             tuple(SHARE_STATE_SCHEMA.field(name).type for name, _ in present)), strict=True))
         for name in _VALUE_FIELDS:
             pieces[name].append(picked[name] if name in picked
                                 else pa.nulls(len(part), SHARE_STATE_SCHEMA.field(name).type))
-        pieces["state_batches"].append(state_batches_array(part, slots[8]) if slots[8] >= 0
-                                       else pa.nulls(len(part), BATCHES))
+        pieces["state_batches"].append(state_batches_array(part, slots.batches)
+                                       if slots.batches >= 0 else pa.nulls(len(part), BATCHES))
         pieces["tombstone"].append(pa.repeat(pa.scalar(kind is not None and version is None),
                                              len(part)))
     columns = {name: pa.concat_arrays(chunks) for name, chunks in pieces.items()}

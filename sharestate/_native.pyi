@@ -1,0 +1,112 @@
+"""Types of `sharestate._native` (csrc/): C twins of sharestate's hot pure-Python paths.
+
+Each function gives exactly what its pure-Python twin gives (tests/test_native.py holds them
+together); callers reach it through `sharestate.native`. Tuples passed in are read by
+position: their NamedTuples' field orders are the constants of csrc/native.h, exported as
+`FIELDS`. Records read in C are `Record`s, which behave as (and compare equal to) RawRecords,
+so lists of records are typed `list[RawRecord]` here, as `Batch.records` is.
+"""
+
+from collections.abc import Callable, Sequence
+from typing import Any, final
+
+from typing_extensions import Buffer, CapsuleType
+
+from sharestate.analytics.audit import _Seen
+from sharestate.coordinator.shard import NativeContext
+from sharestate.coordinator.share_state import Batches, ShareKey, StateBatch
+from sharestate.log.batch import Batch, RawRecord
+from sharestate.log.records_v2 import RecordError
+from sharestate.records.codec import StructProgram
+from sharestate.records.keyvalue import KeyValue, KindPrograms
+from sharestate.records.segment import Decoded
+from sharestate.replay.share_log import HistoryEntry, SlotTable
+from sharestate.tables.columns import Path
+
+FIELDS: dict[str, tuple[str, ...]]
+"""The field order C assumes for each tuple it reads or builds, by NamedTuple name."""
+KINDS: tuple[str, ...]
+"""The wire kinds of `compile`'s programs, by number (`sharestate.records.spec.Kind`)."""
+
+@final
+class Record:
+    """A v2 record read in C over its batch's bytes; twin: `sharestate.log.RawRecord`."""
+
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def sequence(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> tuple[tuple[str, bytes | None], ...]: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int, /) -> Any: ...
+    def _replace(self, **changes: Any) -> RawRecord: ...
+
+def compile(program: StructProgram, /) -> CapsuleType:
+    """A struct program compiled for `read_struct`; twin: none (the Python codec reads
+    `StructLayout`s as they are)."""
+
+def read_struct(layout: CapsuleType, data: Buffer, pos: int, end: int,
+                /) -> tuple[tuple[Any, ...], int]:
+    """One struct of `data[pos:end]`: (values, new position); twin:
+    `sharestate.records.codec.read_struct_py`."""
+
+def parse_records(buf: Buffer, pos: int, end: int, count: int, base_offset: int,
+                  base_timestamp: int, base_sequence: int,
+                  /) -> tuple[list[RawRecord], RecordError | None]:
+    """`count` v2 records of `buf[pos:end]`; twin: `sharestate.log.records_v2.parse_records_py`."""
+
+def scan_v2(buf: Buffer, off: int, base_position: int, max_batch: int,
+            crc: Callable[[memoryview], int], create_time: str, log_append_time: str,
+            none: str, max_batches: int, stop: int, /) -> tuple[list[Batch], int]:
+    """The clean uncompressed v2 batches from `buf[off:]` and where the walk stopped; twin:
+    the batch-by-batch walk of `sharestate.log.framing` (its clean-batch path)."""
+
+def decode_key_values(records: list[RawRecord], table: dict[int, KindPrograms],
+                      fallback: Callable[[bytes | None, bytes | None], KeyValue],
+                      /) -> list[KeyValue]:
+    """Each record's decoded key and value; twin: `decode_key_value` of
+    `sharestate.records.keyvalue` per record (`fallback` takes what C does not)."""
+
+def combine(so_far: Sequence[StateBatch], new: Sequence[StateBatch], start_offset: int,
+            /) -> Batches:
+    """Kafka 4.4's combiner; twin: `sharestate.coordinator.combiner.combine_py`."""
+
+def share_apply(context: NativeContext, records: list[RawRecord], decoded: list[Decoded],
+                as_of_offset: int | None, as_of_time: int | None, slots: SlotTable,
+                fallback: Callable[[RawRecord, Decoded], None],
+                history: list[HistoryEntry] | None,
+                /) -> tuple[int, bool, int | None, int | None]:
+    """Apply records to a shard until the stop point: (applied, stopped, last offset, last
+    timestamp); twin: `_Applier.apply_all` of `sharestate.replay.share_log`."""
+
+def share_audit(seen: dict[ShareKey, _Seen], seen_type: type[_Seen], key_type: type[ShareKey],
+                records: list[RawRecord], decoded: list[Decoded], slots: SlotTable,
+                fallback: Callable[[RawRecord, KeyValue], object], /) -> None:
+    """Audit share-state records; twin: `sharestate.analytics.audit.ShareAuditor.observe`
+    (reached through `fallback`, which takes the records C does not)."""
+
+def flatten_batches(states: Sequence[tuple[Any, ...] | None], item: int = 7,
+                    /) -> tuple[bytes, bytes, bytes, bytes, bytes, bytes]:
+    """The state batches of item `item` of each state as Arrow buffers (offsets, first, last,
+    state, count, validity); twin: `sharestate.tables.columns.flatten_batches_py`."""
+
+def transpose(rows: list[Any], paths: tuple[Path, ...], /) -> list[list[Any]]:
+    """One list per index path into the rows; twin: `sharestate.tables.columns.transpose_py`."""
+
+def int_columns(rows: list[Any], paths: tuple[Path, ...], widths: tuple[int, ...],
+                /) -> list[tuple[bytes, bytes | None]]:
+    """`transpose` of integer columns as Arrow (data, validity) buffers; twin:
+    `sharestate.tables.columns.int_columns_py`."""
+
+def arrow_records(n: int, buffer: bytes, offsets: Buffer, timestamps: Buffer,
+                  key_offsets: Buffer, key_valid: Buffer | None, value_offsets: Buffer,
+                  value_valid: Buffer | None, value_base: int, /) -> list[RawRecord]:
+    """`Record`s over the buffers of Arrow bronze columns; twin: the `RawRecord` path of
+    `sharestate.tables.arrow_log.records_of`."""
