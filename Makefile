@@ -4,6 +4,15 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py 2>/dev/null | cksum | cut -d' ' -f1)
 AIRFLOW_STAMP := $(VENV)/.airflow-$(shell cat pyproject.toml setup.py 2>/dev/null | cksum | cut -d' ' -f1)
+NATIVE_STAMP := $(VENV)/.native-$(shell cat setup.py csrc/*.c csrc/*.h 2>/dev/null | cksum | cut -d' ' -f1)
+# The tests that compare with what Kafka's own code wrote (../shared/fixtures), which
+# `make test-pure` runs once more on the pure-Python paths.
+CONFORMANCE_TESTS := tests/test_decode_fixtures.py tests/test_schemas_fixtures.py \
+	tests/test_log_conformance.py tests/test_coordinator_conformance.py \
+	tests/test_group_fixtures.py tests/test_persister_parity.py
+# The C extension is required here: SHARESTATE_PURE_PYTHON is cleared for the build, so a
+# failed build stops the install (setup.py).
+PIP_INSTALL := SHARESTATE_PURE_PYTHON= $(BIN)/python -m pip install --quiet
 # pyspark-client (for Airflow's Spark provider) writes its files over pyspark's: same release only.
 PYSPARK_CHECK := import importlib.metadata as m, pyspark; \
 	v = {d: m.version(d) for d in ("pyspark", "pyspark-client")}; v["pyspark.__version__"] = pyspark.__version__; \
@@ -11,7 +20,7 @@ PYSPARK_CHECK := import importlib.metadata as m, pyspark; \
 	assert len(set(v.values())) == 1 and pyspark.__version__.startswith("4.2."), "pyspark-client must be the release of pyspark"
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-airflow jars demo test lint bench docs clean
+.PHONY: help install install-airflow jars demo test test-pure lint bench docs clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -20,11 +29,17 @@ $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH (or make PYTHON=...)"; exit 2; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(PIP_INSTALL) -e '.[dev]'
 	$(BIN)/python -m pipelines.class_archive
-	rm -f $(VENV)/.installed-* && touch $(STAMP)
+	rm -f $(VENV)/.installed-* $(VENV)/.native-* && touch $(STAMP) $(NATIVE_STAMP)
 
-install: $(STAMP) ## create .venv and install sharestate with its dev dependencies
+# The extension again when its sources change (an editable install builds it in place).
+$(NATIVE_STAMP):
+	@test -x $(BIN)/python || { echo "no $(VENV): run make install"; exit 2; }
+	$(PIP_INSTALL) --no-deps -e .
+	rm -f $(VENV)/.native-* && touch $(NATIVE_STAMP)
+
+install: $(STAMP) $(NATIVE_STAMP) ## create .venv and install sharestate with its dev dependencies
 
 # The `airflow` extra on top of dev (a superset, so it marks $(STAMP) done too): Airflow 3 and
 # its Spark provider, with pyspark kept at the release pyspark-client matches.
@@ -32,33 +47,38 @@ $(AIRFLOW_STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH (or make PYTHON=...)"; exit 2; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,airflow]'
+	$(PIP_INSTALL) -e '.[dev,airflow]'
 	$(BIN)/python -c '$(PYSPARK_CHECK)'
 	$(BIN)/python -m pipelines.class_archive
-	rm -f $(VENV)/.installed-* $(VENV)/.airflow-* && touch $(STAMP) $(AIRFLOW_STAMP)
+	rm -f $(VENV)/.installed-* $(VENV)/.airflow-* $(VENV)/.native-*
+	touch $(STAMP) $(AIRFLOW_STAMP) $(NATIVE_STAMP)
 
-install-airflow: $(AIRFLOW_STAMP) ## install also Airflow 3 + the Spark provider (the DAG in airflow/ and its tests)
+install-airflow: $(AIRFLOW_STAMP) $(NATIVE_STAMP) ## install also Airflow 3 + the Spark provider (the DAG in airflow/ and its tests)
 
 jars: ## fetch the pinned jars (Kafka brokers and tools, Delta) from Maven Central into the cache
 	$(PYTHON) -m sharestate.jars fetch
 
-demo: $(STAMP) ## run the main job on the embedded default (local Spark, Delta on local disk, simulated logs)
+demo: $(STAMP) $(NATIVE_STAMP) ## run the main job on the embedded default (local Spark, Delta on local disk, simulated logs)
 	$(BIN)/sharestate demo
 
-test: $(AIRFLOW_STAMP) jars ## run the whole test suite (installs the airflow extra too, fetches the jars)
+test: $(AIRFLOW_STAMP) $(NATIVE_STAMP) jars ## run the whole test suite (installs the airflow extra too, fetches the jars)
 	$(BIN)/python -m pytest -q
 
-lint: $(AIRFLOW_STAMP) ## ruff and mypy (mypy checks the DAG too: needs the airflow extra)
+test-pure: $(AIRFLOW_STAMP) ## run the Kafka-fixture conformance tests on the pure-Python paths
+	SHARESTATE_PURE_PYTHON=1 $(BIN)/python -m pytest -q $(CONFORMANCE_TESTS)
+
+lint: $(AIRFLOW_STAMP) $(NATIVE_STAMP) ## ruff, mypy (the DAG too: needs the airflow extra), the C stub against the extension
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/python -m mypy.stubtest --mypy-config-file pyproject.toml sharestate._native
 
-bench: $(STAMP) ## run the benchmarks (records/s; figures in docs/benchmarks.md)
+bench: $(STAMP) $(NATIVE_STAMP) ## run the benchmarks (records/s; figures in docs/benchmarks.md)
 	$(BIN)/python bench/decode.py
 	$(BIN)/python bench/replay.py
 	$(BIN)/python bench/pipeline.py
 
-docs: $(STAMP) ## regenerate docs/configuration.md from the code
+docs: $(STAMP) $(NATIVE_STAMP) ## regenerate docs/configuration.md from the code
 	$(BIN)/python -m pipelines.reference > docs/configuration.md
 
 clean: ## remove build output, demo data and the virtualenv
-	rm -rf build dist *.egg-info demo-data warehouse $(VENV)
+	rm -rf build dist *.egg-info demo-data warehouse $(VENV) sharestate/_native.*.so

@@ -1,33 +1,45 @@
-"""Build the optional C extension; sharestate falls back to pure Python without it."""
+"""Build the C extension `sharestate._native` (C twins of the hot pure-Python paths).
+
+A failed build is an error. Without a C compiler, install with SHARESTATE_PURE_PYTHON=1: the
+extension is then not built and sharestate runs its pure-Python paths (same results, slower).
+Under CI (CI=true) the extension is built whatever that variable says.
+"""
+
+import os
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
+PURE_PYTHON_ENV = "SHARESTATE_PURE_PYTHON"
 
-class OptionalBuildExt(build_ext):
-    """Never fail an install because a compiler is missing: warn and go pure Python."""
 
-    def run(self) -> None:
-        try:
-            super().run()
-        except Exception as exc:
-            print(f"warning: sharestate._native not built ({exc}); using pure Python")
+def _under_ci() -> bool:
+    return os.environ.get("CI", "").lower() not in ("", "0", "false")
+
+
+class BuildExt(build_ext):
+    """A failed build stops the install, saying how to install without a compiler."""
 
     def build_extension(self, ext: Extension) -> None:
         try:
             super().build_extension(ext)
         except Exception as exc:
-            print(f"warning: {ext.name} not built ({exc}); using pure Python")
+            raise SystemExit(
+                f"error: {ext.name} could not be built: {exc}\n"
+                f"Install a C compiler, or install sharestate without its C extension "
+                f"(pure Python, same results, slower) with {PURE_PYTHON_ENV}=1.") from exc
 
 
-setup(
-    ext_modules=[Extension(
-        "sharestate._native",
-        sources=["csrc/module.c", "csrc/structs.c", "csrc/records.c", "csrc/batches.c",
-                 "csrc/keyvalue.c", "csrc/combine.c", "csrc/replay.c", "csrc/audit.c",
-                 "csrc/columns.c", "csrc/record_type.c"],
-        depends=["csrc/native.h"],
-        extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
-    )],
-    cmdclass={"build_ext": OptionalBuildExt},
+NATIVE = Extension(
+    "sharestate._native",
+    sources=["csrc/module.c", "csrc/structs.c", "csrc/records.c", "csrc/batches.c",
+             "csrc/keyvalue.c", "csrc/combine.c", "csrc/replay.c", "csrc/audit.c",
+             "csrc/columns.c", "csrc/record_type.c"],
+    depends=["csrc/native.h"],
+    extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
 )
+PURE = os.environ.get(PURE_PYTHON_ENV) == "1" and not _under_ci()
+if PURE:
+    print(f"{PURE_PYTHON_ENV}=1: sharestate._native is not built; sharestate runs pure Python")
+
+setup(ext_modules=[] if PURE else [NATIVE], cmdclass={"build_ext": BuildExt})

@@ -119,7 +119,8 @@ def _environment() -> Iterator[str]:
              f"`{ENV_PREFIX}SASL_PASSWORD` for `sasl.password`: secrets stay out of "
              "arguments, logs and tables"),
             (PURE_PYTHON_ENV, "`1`: use the pure-Python decoder and replay instead of the "
-             "C extension (identical results, slower)")):
+             "C extension (identical results, slower); at install time, do not build the "
+             "extension (no C compiler needed; ignored under CI)")):
         yield f"| `{name}` | {what} |\n"
     yield "\n"
 
