@@ -76,6 +76,7 @@ bench: $(STAMP) $(NATIVE_STAMP) ## run the benchmarks (records/s; figures in doc
 	$(BIN)/python bench/decode.py
 	$(BIN)/python bench/replay.py
 	$(BIN)/python bench/pipeline.py
+	$(BIN)/python bench/resync.py
 
 docs: $(STAMP) $(NATIVE_STAMP) ## regenerate docs/configuration.md from the code
 	$(BIN)/python -m pipelines.reference > docs/configuration.md

@@ -33,8 +33,8 @@ class BuildExt(build_ext):
 NATIVE = Extension(
     "sharestate._native",
     sources=["csrc/module.c", "csrc/structs.c", "csrc/records.c", "csrc/batches.c",
-             "csrc/keyvalue.c", "csrc/combine.c", "csrc/replay.c", "csrc/audit.c",
-             "csrc/columns.c", "csrc/record_type.c"],
+             "csrc/resync.c", "csrc/keyvalue.c", "csrc/combine.c", "csrc/replay.c",
+             "csrc/audit.c", "csrc/columns.c", "csrc/record_type.c"],
     depends=["csrc/native.h"],
     extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
 )

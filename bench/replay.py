@@ -30,7 +30,8 @@ def measure(paths: list[str]) -> dict[str, float]:
     from sharestate.runtime import quiet_gc
 
     quiet_gc()  # as the CLI and the pipeline's tasks run
-    logs = [log for log in partition_logs(discover(paths)) if log.topic == "__share_group_state"]
+    logs = [log for log in partition_logs(discover(paths))[0]
+            if log.topic == "__share_group_state"]
     best = 0.0
     records = 0
     for _ in range(3):

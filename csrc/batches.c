@@ -1,7 +1,7 @@
 /* Native fast path of sharestate/log/framing.py: walk consecutive "clean" v2 batches.
  *
- * A clean batch is magic 2, fully inside the buffer, within the size limit, uncompressed,
- * with a verified CRC-32C and records that parse without error. The walk stops at the
+ * A clean batch is magic 2, fully inside the buffer, within the size and record-count
+ * limits, uncompressed, with a verified CRC-32C and records that parse without error. The walk stops at the
  * first batch that is not clean (or at the end of the buffer) and returns where it
  * stopped; the Python walker then handles that position with its full rules. Headers and
  * records are exactly what the Python path builds for the same bytes.
@@ -33,13 +33,14 @@ static int crc_matches(PyObject *crc_fn, const unsigned char *data, Py_ssize_t n
     return value == stored;
 }
 
-/* scan_v2(buf, off, base_position, max_batch, crc_fn, create_time, log_append_time, none,
- *         max_batches, stop_position) -> ([Batch(header, records, []), ...], new_off)
+/* scan_v2(buf, off, base_position, max_batch, max_records, crc_fn, create_time,
+ *         log_append_time, none, max_batches, stop_position)
+ *   -> ([Batch(header, records, []), ...], new_off)
  * stop_position (absolute, -1: none): no batch starting at or after it is read. */
 PyObject *native_scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "scan_v2 takes 10 arguments");
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "scan_v2 takes 11 arguments");
         return NULL;
     }
     if (load_header_type() < 0) return NULL;
@@ -48,10 +49,11 @@ PyObject *native_scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     Py_ssize_t off = PyLong_AsSsize_t(args[1]);
     long long base_position = PyLong_AsLongLong(args[2]);
     long long max_batch = PyLong_AsLongLong(args[3]);
-    PyObject *crc_fn = args[4], *create_time = args[5], *log_append = args[6];
-    PyObject *none_codec = args[7];
-    Py_ssize_t max_batches = PyLong_AsSsize_t(args[8]);
-    long long stop_position = PyLong_AsLongLong(args[9]);
+    long long max_records = PyLong_AsLongLong(args[4]);
+    PyObject *crc_fn = args[5], *create_time = args[6], *log_append = args[7];
+    PyObject *none_codec = args[8];
+    Py_ssize_t max_batches = PyLong_AsSsize_t(args[9]);
+    long long stop_position = PyLong_AsLongLong(args[10]);
     PyObject *out = NULL, *result = NULL;
     if (PyErr_Occurred()) goto done;
     out = PyList_New(0);
@@ -68,7 +70,7 @@ PyObject *native_scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         uint16_t attributes = native_be16(b + 21);
         if (attributes & 7) break;
         int32_t count = (int32_t)native_be32(b + 57);
-        if (count < 0) break;
+        if (count < 0 || count > max_records) break;
         uint32_t stored = native_be32(b + 17);
         int ok = crc_matches(crc_fn, b + 21, (Py_ssize_t)size - 21, stored);
         if (ok < 0) goto done;

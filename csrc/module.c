@@ -60,9 +60,13 @@ static PyMethodDef methods[] = {
      "(records, None or (message, position)); twin: "
      "sharestate.log.records_v2.parse_records_py."},
     {"scan_v2", (PyCFunction)(void (*)(void))native_scan_v2, METH_FASTCALL,
-     "scan_v2($module, buf, off, base_position, max_batch, crc, create_time, "
+     "scan_v2($module, buf, off, base_position, max_batch, max_records, crc, create_time, "
      "log_append_time, none, max_batches, stop, /)\n--\n\n"
      "(clean batches, where the walk stopped); twin: sharestate.log.framing's batch walk."},
+    {"next_candidate", (PyCFunction)(void (*)(void))native_next_candidate, METH_FASTCALL,
+     "next_candidate($module, buf, off, stop, eof, max_batch, /)\n--\n\n"
+     "The first position passing the resync header checks (or -1 - where they stopped); "
+     "twin: sharestate.log.resync.next_candidate_py."},
     {"decode_key_values", (PyCFunction)(void (*)(void))native_decode_key_values, METH_FASTCALL,
      "decode_key_values($module, records, table, fallback, /)\n--\n\n"
      "A KeyValue per record; twin: sharestate.records.keyvalue.decode_key_value."},

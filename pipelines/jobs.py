@@ -39,7 +39,7 @@ from sharestate.analytics.lag import FILE, lag_rows
 from sharestate.analytics.redelivery import redelivery_rows
 from sharestate.coordinator.share_state import ShareKey
 from sharestate.lake import ActiveFile, Lake, Produce, Target, open_lake
-from sharestate.log import discover, segment_of
+from sharestate.log import DEFAULT_LIMITS, ReadLimits, discover, segment_of
 from sharestate.log.index import split_points
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.tables import bronze as bronze_rows
@@ -109,7 +109,7 @@ def new_run_id() -> str:
 
 def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
            run_id: str, full: bool = False, kafka_options: dict[str, str] | None = None,
-           silver: bool = False) -> RunReport:
+           silver: bool = False, limits: ReadLimits = DEFAULT_LIMITS) -> RunReport:
     """Segment files or a live cluster (`kafka://host:port`) -> `log_records`,
     `decode_errors`, `ingest_runs`; with `silver`, also the decode job's tables for the
     same segments (`run_all` does this: bronze is then not read back to decode it).
@@ -128,7 +128,8 @@ def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
         splits, sizes = _segment_splits(spark, lake, warehouse, files, full)
         if splits is not None:
             _write_bronze(spark, lake, warehouse, splits,
-                          partial(tasks.ingest_splits, run_id=run_id, silver=silver), sizes,
+                          partial(tasks.ingest_splits, run_id=run_id, silver=silver,
+                                  limits=limits), sizes,
                           None, run_id, report, silver, _segment_sources(sizes))
     for uri in live:
         raw, visibility = _kafka_raw(spark, lake, warehouse, uri, full, kafka_options or {})
@@ -154,8 +155,11 @@ def _segment_splits(spark: SparkSession, lake: Lake, warehouse: Warehouse,
     seen = _ingested(lake, warehouse) if not full else {}
     todo: dict[str, tuple[int, int]] = {}
     for segment in discover(sources):
-        stat = segment.path.stat()
-        size_and_time = (stat.st_size, int(stat.st_mtime * 1000))
+        try:
+            stat = segment.path.stat()
+            size_and_time = (stat.st_size, int(stat.st_mtime * 1000))
+        except OSError:  # read anyway: its task reports why it cannot be read
+            size_and_time = (-1, -1)
         if seen.get(str(segment.path)) != size_and_time:
             todo[str(segment.path)] = size_and_time
     if not todo:

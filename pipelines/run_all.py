@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from sharestate.coordinator.shard import KAFKA, SEMANTICS
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
-from sharestate.log import SourceError
+from sharestate.log import DEFAULT_MAX_BATCH_RECORDS, ReadLimits, SourceError
 from sharestate.replay.logs import AsOf, parse_time
 from sharestate.tables.gold_replay import GoldOptions
 
@@ -71,6 +71,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="offsets.retention.minutes, for the expiry forecast")
     p.add_argument("--full", action="store_true",
                    help="re-ingest every segment, not only new or changed ones")
+    p.add_argument("--max-batch-records", type=_positive, default=DEFAULT_MAX_BATCH_RECORDS,
+                   metavar="N", help="refuse (as a decode error) a batch declaring more "
+                                     "records than this (default %(default)s)")
     p.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
                    help="client setting for a kafka:// source, e.g. security.protocol=SASL_SSL "
                         "(secrets: SHARESTATE_KAFKA_* environment variables)")
@@ -84,6 +87,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "new one); a scheduler passes one per data interval to all four jobs. "
                         "The decode job run alone then decodes only the segments that ingest "
                         "run wrote (without --run-id: all of bronze)")
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
+    return number
 
 
 def _end_offsets(path: str | None) -> dict[tuple[str, int], int] | None:
@@ -139,7 +152,8 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
             reports.append(pipeline.ingest(
                 spark, warehouse, args.source, run_id=run_id, full=args.full,
                 kafka_options=dict(item.split("=", 1) for item in args.kafka_option
-                                   if "=" in item), silver=fused))
+                                   if "=" in item), silver=fused,
+                limits=ReadLimits(max_batch_records=args.max_batch_records)))
         elif job == "decode":
             if not fused:
                 reports.append(pipeline.decode(spark, warehouse, run_id=run_id,

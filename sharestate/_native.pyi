@@ -62,11 +62,15 @@ def parse_records(buf: Buffer, pos: int, end: int, count: int, base_offset: int,
                   /) -> tuple[list[RawRecord], RecordError | None]:
     """`count` v2 records of `buf[pos:end]`; twin: `sharestate.log.records_v2.parse_records_py`."""
 
-def scan_v2(buf: Buffer, off: int, base_position: int, max_batch: int,
+def scan_v2(buf: Buffer, off: int, base_position: int, max_batch: int, max_records: int,
             crc: Callable[[memoryview], int], create_time: str, log_append_time: str,
             none: str, max_batches: int, stop: int, /) -> tuple[list[Batch], int]:
     """The clean uncompressed v2 batches from `buf[off:]` and where the walk stopped; twin:
     the batch-by-batch walk of `sharestate.log.framing` (its clean-batch path)."""
+
+def next_candidate(buf: Buffer, off: int, stop: int, eof: bool, max_batch: int, /) -> int:
+    """The first position of `buf[off:stop]` passing the resync header checks, or -1 - the
+    position where they stopped; twin: `sharestate.log.resync.next_candidate_py`."""
 
 def decode_key_values(records: list[RawRecord], table: dict[int, KindPrograms],
                       fallback: Callable[[bytes | None, bytes | None], KeyValue],

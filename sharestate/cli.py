@@ -17,13 +17,20 @@ from typing import IO, Any, NoReturn
 from sharestate.coordinator.expiry import DEFAULT_RETENTION_MINUTES, forecast_expiry
 from sharestate.coordinator.shard import KAFKA, SEMANTICS
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
-from sharestate.log import COMPRESSION_NAMES, SourceError, discover
+from sharestate.log import (
+    COMPRESSION_NAMES,
+    DEFAULT_MAX_BATCH_RECORDS,
+    Finding,
+    ReadLimits,
+    SourceError,
+    discover,
+)
 from sharestate.persister import SimulationConfig, simulate
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC, dialect_names
-from sharestate.records.segment import decode_segment, detect_segment, record_json
+from sharestate.records.segment import decode_segment, detect_segment, finding_json, record_json
 from sharestate.replay.group_log import replay_group_log
 from sharestate.replay.logs import AsOf, PartitionLog, parse_time, partition_logs
-from sharestate.replay.share_log import LogFinding, ShareLogResult, replay_share_log
+from sharestate.replay.share_log import ShareLogResult, replay_share_log
 from sharestate.replay.views import offset_row, prune_row, state_row
 from sharestate.runtime import quiet_gc
 
@@ -71,17 +78,43 @@ def _table_line(row: dict[str, Any]) -> str:
            f"{row['offset'] if row['offset'] is not None else '-':>12} {what:<36} {key} {body}"
 
 
+Found = tuple[str | None, int | None, Finding]
+"""A finding with the topic and partition it was read as (None where unknown)."""
+
+
+@contextmanager
+def _findings_file(path: str | None) -> Iterator[Callable[[Iterable[Found]], None]]:
+    """A writer of findings as JSON lines (`--findings`), or one that drops them."""
+    if path is None:
+        yield lambda found: None
+        return
+    with _output(path) as out:
+        def write(found: Iterable[Found]) -> None:
+            for topic, partition, finding in found:
+                out.write(json.dumps(finding_json(finding, topic, partition),
+                                     ensure_ascii=False, separators=(",", ":")) + "\n")
+        yield write
+
+
+def _limits(args: argparse.Namespace) -> ReadLimits:
+    return ReadLimits(max_batch_records=args.max_batch_records)
+
+
 def cmd_decode(args: argparse.Namespace) -> int:
     """Decode segments to JSON lines (or a table), one line per record in log order."""
     segments = discover(args.source)
+    limits = _limits(args)
     findings = 0
-    with _output(args.output) as out:
+    with _output(args.output) as out, _findings_file(args.findings) as write_findings:
         for segment in segments:
-            detection = detect_segment(segment, dialect_name=args.dialect, topic=args.topic)
+            detection = detect_segment(segment, dialect_name=args.dialect, topic=args.topic,
+                                       limits=limits)
             print(f"{segment.path}: {detection.describe()}", file=sys.stderr)
-            for record in decode_segment(segment, detection):
+            for record in decode_segment(segment, detection, limits=limits):
                 row = record_json(record)
-                findings += row["error"] is not None
+                if record.finding is not None:
+                    findings += 1
+                    write_findings([(record.topic, record.partition, record.finding)])
                 if args.format == "table":
                     out.write(_table_line(row) + "\n")
                 else:
@@ -100,12 +133,17 @@ def _as_of(args: argparse.Namespace) -> AsOf:
         raise UsageError(str(exc)) from None
 
 
-def _logs(args: argparse.Namespace, topic: str) -> list[PartitionLog]:
-    logs = partition_logs(discover(args.source), dialect=args.dialect, topic=args.topic)
+def _logs(args: argparse.Namespace, topic: str) -> tuple[list[PartitionLog], list[Found]]:
+    """The partition logs of `topic` among the sources, and the findings of the segments
+    whose topic is unknown (every command reports those)."""
+    logs, unknown = partition_logs(discover(args.source), dialect=args.dialect,
+                                   topic=args.topic, limits=_limits(args))
     for log in logs:
         for segment, detection in zip(log.segments, log.detections, strict=True):
             print(f"{segment.path}: {detection.describe()}", file=sys.stderr)
-    return [log for log in logs if log.topic == topic]
+    for finding in unknown:
+        print(f"{finding.source}: {finding.message}", file=sys.stderr)
+    return [log for log in logs if log.topic == topic], [(None, None, f) for f in unknown]
 
 
 def _write_rows(rows: Iterable[dict[str, Any]], output: str | None) -> None:
@@ -114,11 +152,14 @@ def _write_rows(rows: Iterable[dict[str, Any]], output: str | None) -> None:
             out.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
 
 
-def _report(findings: Sequence[tuple[str, LogFinding]], shard_findings: int) -> int:
-    for name, finding in findings[:20]:
+def _report(args: argparse.Namespace, findings: Sequence[Found], shard_findings: int) -> int:
+    """Print the first findings and their count (all of them to `--findings`); the status."""
+    for _, _, finding in findings[:20]:
         where = f"offset {finding.offset}" if finding.offset is not None \
             else f"position {finding.position}"
-        print(f"{name} {where}: {finding.kind}: {finding.message}", file=sys.stderr)
+        print(f"{finding.source} {where}: {finding.kind}: {finding.message}", file=sys.stderr)
+    with _findings_file(args.findings) as write_findings:
+        write_findings(findings)
     total = len(findings) + shard_findings
     if total:
         print(f"{total} findings", file=sys.stderr)
@@ -126,15 +167,17 @@ def _report(findings: Sequence[tuple[str, LogFinding]], shard_findings: int) -> 
 
 
 def _replay_share(args: argparse.Namespace) -> tuple[list[ShareLogResult], int]:
+    logs, unknown = _logs(args, SHARE_STATE_TOPIC)
     results = [replay_share_log(log, as_of=_as_of(args), semantics=args.semantics,
                                 snapshot_update_records_per_snapshot=args.snapshot_update_records)
-               for log in _logs(args, SHARE_STATE_TOPIC)]
-    findings = [(r.log.name, f) for r in results for f in r.findings]
+               for log in logs]
+    findings = [*unknown, *((r.log.topic, r.log.partition, f) for r in results
+                            for f in r.findings)]
     for result in results:
         for finding in result.shard.findings:
             print(f"{result.log.name} offset {finding.offset}: {finding.code}: {finding.message}",
                   file=sys.stderr)
-    status = _report(findings, sum(len(r.shard.findings) for r in results))
+    status = _report(args, findings, sum(len(r.shard.findings) for r in results))
     return results, status
 
 
@@ -156,8 +199,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 def cmd_offsets(args: argparse.Namespace) -> int:
     """Committed consumer-group offsets as of a point (`--pending`: open transactions too)."""
-    results = [replay_group_log(log, as_of=_as_of(args))
-               for log in _logs(args, CONSUMER_OFFSETS_TOPIC)]
+    logs, unknown = _logs(args, CONSUMER_OFFSETS_TOPIC)
+    results = [replay_group_log(log, as_of=_as_of(args)) for log in logs]
     rows: list[dict[str, Any]] = []
     for result in results:
         offsets = result.coordinator.offsets
@@ -178,7 +221,8 @@ def cmd_offsets(args: argparse.Namespace) -> int:
                         rows.append(offset_row(group, topic, partition, commit,
                                                state=f"pending:{producer_id}"))
     _write_rows(rows, args.output)
-    return _report([(r.log.name, f) for r in results for f in r.findings], 0)
+    return _report(args, [*unknown, *((r.log.topic, r.log.partition, f) for r in results
+                                      for f in r.findings)], 0)
 
 
 def _count(value: str) -> int:
@@ -402,6 +446,12 @@ def _add_sources(parser: argparse.ArgumentParser) -> None:
                              + ", ".join(dialect_names()))
     parser.add_argument("--topic", choices=["__share_group_state", "__consumer_offsets"],
                         help="topic of segments whose path does not name it (default: detect)")
+    parser.add_argument("--findings", metavar="FILE",
+                        help="also write every finding as a JSON line here (its segment, "
+                             "offset, position, kind, message and bytes)")
+    parser.add_argument("--max-batch-records", type=_count, default=DEFAULT_MAX_BATCH_RECORDS,
+                        metavar="N", help="refuse (as a finding) a batch declaring more "
+                                          "records than this (default %(default)s)")
 
 
 def build_parser() -> argparse.ArgumentParser:

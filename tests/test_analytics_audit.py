@@ -26,9 +26,9 @@ from sharestate.coordinator.share_state import (
     ShareValue,
     StateBatch,
 )
-from sharestate.log import discover
+from sharestate.log import Finding, discover
 from sharestate.replay.logs import PartitionLog, partition_logs
-from sharestate.replay.share_log import LogFinding, replay_share_log
+from sharestate.replay.share_log import replay_share_log
 from sharestate.tables.spec import table
 
 K = ShareKey("g", "tid", 0)
@@ -142,7 +142,7 @@ def test_shard_and_log_findings_become_rows() -> None:
     rows = list(shard_finding_rows(shard, 4))
     assert [(r["rule"], r["severity"], r["offset"], r["group_id"]) for r in rows] == [
         ("update_tombstone", "error", 12, "g"), ("unknown_record_type", "warning", 13, None)]
-    (row,) = log_finding_rows([LogFinding(7, 61, "crc_mismatch", "bad crc")],
+    (row,) = log_finding_rows([Finding("crc_mismatch", "bad crc", 61, 7, b"", 0)],
                               "__share_group_state", 4)
     assert (row["rule"], row["severity"], row["offset"], row["message"]) == \
         ("decode_error", "error", 7, "bad crc")
@@ -172,7 +172,7 @@ def test_cross_topic_rules() -> None:
 # -- fixtures -------------------------------------------------------------------------------
 
 def _log(name: str) -> PartitionLog:
-    (log,) = partition_logs(discover([conformance_dir("kafka-4.4-dev") / name]))
+    (log,) = partition_logs(discover([conformance_dir("kafka-4.4-dev") / name]))[0]
     return log
 
 
@@ -245,7 +245,7 @@ def test_damaged_log_gives_decode_errors(tmp_path: Path) -> None:
     data[200] ^= 0xFF
     damaged = tmp_path / "share_tombstones.log"
     damaged.write_bytes(bytes(data))
-    (log,) = partition_logs(discover([damaged]))
+    (log,) = partition_logs(discover([damaged]))[0]
     result = replay_share_log(log)
     rows = list(log_finding_rows(result.findings, log.topic, log.partition))
     assert rows and {(r["rule"], r["severity"]) for r in rows} == {("decode_error", "error")}

@@ -102,7 +102,7 @@ def test_topic_names_from_share_group_metadata() -> None:
 
 def test_fixture_lag_matches_kafkas_final_state() -> None:
     folder = conformance_dir("kafka-4.4-dev")
-    (log,) = partition_logs(discover([folder / "share_replay_small.log"]))
+    (log,) = partition_logs(discover([folder / "share_replay_small.log"]))[0]
     result = replay_share_log(log, snapshot_update_records_per_snapshot=5)
     rows = {(r["group_id"], r["topic_id"], r["partition"]): r
             for r in lag_rows(live_states(result.shard), StateContext.of(result))}

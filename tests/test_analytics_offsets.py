@@ -115,7 +115,7 @@ def test_stale_commit_and_tombstone_dropping_a_pending_commit() -> None:
 
 def test_fixture_offsets_follow_kafkas_final_state() -> None:
     folder = conformance_dir("kafka-4.4-dev")
-    (log,) = partition_logs(discover([folder / "consumer_offsets_txn.log"]))
+    (log,) = partition_logs(discover([folder / "consumer_offsets_txn.log"]))[0]
     history = OffsetHistory(offsets_partition=0)
     result = replay_group_log(log, listener=history)
     coordinator = result.coordinator

@@ -40,7 +40,7 @@ def _below(records: list[dict[str, Any]], offset: int) -> tuple[int, int]:
 
 def test_recommendation_matches_kafka_at_every_checkpoint() -> None:
     folder = conformance_dir("kafka-4.4-dev")
-    (log,) = partition_logs(discover([folder / "share_replay_small.log"]))
+    (log,) = partition_logs(discover([folder / "share_replay_small.log"]))[0]
     records = _lines(folder / "share_replay_small.records.jsonl")
     checkpoints = _lines(folder / "share_replay_small.checkpoints.jsonl")
     final = json.loads((folder / "share_replay_small.final_state.json").read_text("utf-8"))
@@ -72,7 +72,7 @@ def test_recommendation_matches_kafka_at_every_checkpoint() -> None:
 
 def test_final_recommendation_on_the_small_workload() -> None:
     folder = conformance_dir("kafka-4.4-dev")
-    (log,) = partition_logs(discover([folder / "share_replay_small.log"]))
+    (log,) = partition_logs(discover([folder / "share_replay_small.log"]))[0]
     row = prune_recommendation(replay_share_log(log))
     final = json.loads((folder / "share_replay_small.final_state.json").read_text("utf-8"))
     assert row["prune_offset"] == final["lastRedundantOffset"]
@@ -85,7 +85,7 @@ def test_final_recommendation_on_the_small_workload() -> None:
 
 def test_no_snapshot_no_prune_point() -> None:
     folder = conformance_dir("kafka-4.4-dev")
-    (log,) = partition_logs(discover([folder / "share_replay_small.log"]))
+    (log,) = partition_logs(discover([folder / "share_replay_small.log"]))[0]
     row = prune_recommendation(replay_share_log(log, as_of=AsOf(offset=0)))
     records = _lines(folder / "share_replay_small.records.jsonl")
     assert records[0]["recordType"] == 0 and row["prune_offset"] is None  # Kafka: 0 is empty

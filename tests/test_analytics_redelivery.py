@@ -58,7 +58,7 @@ def test_histogram_by_group_weighted_by_records() -> None:
 
 def test_fixture_histogram_accounts_for_every_in_flight_record() -> None:
     folder = conformance_dir("kafka-4.4-dev")
-    (log,) = partition_logs(discover([folder / "share_replay_small.log"]))
+    (log,) = partition_logs(discover([folder / "share_replay_small.log"]))[0]
     result = replay_share_log(log, snapshot_update_records_per_snapshot=5)
     states = list(live_states(result.shard))
     rows = list(redelivery_rows(states, StateContext.of(result)))

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import random
 import struct
+import subprocess
+import sys
 import tracemalloc
+import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import conformance_dir
 from crc32c import crc32c
+from damage import null_record_batch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -71,26 +76,6 @@ def test_truncated_final_batch() -> None:
     assert "declares" in finding.message
 
 
-def test_crc_mismatch_keeps_records() -> None:
-    data = bytearray(fixture())
-    position, size = spans(bytes(data))[1]
-    data[position + size - 10] ^= 0x01  # inside the last record's value
-    items = read_all(bytes(data))
-    good = read_all(fixture())
-    assert findings(items) == []
-    bad = batches(items)[1]
-    assert not bad.header.crc_valid
-    assert [f.kind for f in bad.findings] == ["crc_mismatch"]
-    assert bad.findings[0].position == position
-    assert bad.findings[0].offset == bad.header.base_offset
-    assert len(bad.records) == len(batches(good)[1].records)
-    assert bad.records[:-1] == batches(good)[1].records[:-1]
-    assert bad.records[-1].value != batches(good)[1].records[-1].value
-    for i, batch in enumerate(batches(items)):
-        if i != 1:
-            assert batch == batches(good)[i]
-
-
 def test_batch_length_past_end_of_file() -> None:
     data = bytearray(fixture())
     layout = spans(bytes(data))
@@ -109,16 +94,15 @@ def test_batch_length_past_end_of_file() -> None:
 def test_overlong_length_with_bad_crc_resumes_at_the_next_batch() -> None:
     data = bytearray(fixture())
     layout = spans(bytes(data))
-    (first, _), _, (third, _) = layout[1:4]
+    (first, _), (second, _), (third, _) = layout[1:4]
     struct.pack_into(">i", data, first + 8, third - first - LOG_OVERHEAD + 40)
     items = read_all(bytes(data))
     good = batches(read_all(fixture()))
-    assert findings(items) == []
-    damaged = batches(items)[1]
-    assert [f.kind for f in damaged.findings][:1] == ["crc_mismatch"]
-    assert "bad_length" in [f.kind for f in damaged.findings]
-    assert damaged.records == good[1].records  # the records themselves are intact
-    assert batches(items)[2:] == good[2:]
+    [finding] = findings(items)
+    assert (finding.kind, finding.position, finding.raw_length) == (
+        "bad_length", first, second - first)
+    assert f"an intact batch starts at {second}" in finding.message
+    assert batches(items) == [good[0], *good[2:]]
 
 
 def test_garbage_between_batches() -> None:
@@ -210,8 +194,8 @@ def test_corrupt_compressed_payload() -> None:
                                   compression="gzip"))
     batch[V2_HEADER_SIZE + 12] ^= 0xFF
     [item] = read_all(bytes(batch))
-    assert isinstance(item, Batch)
-    assert {f.kind for f in item.findings} == {"crc_mismatch", "decompression_failed"}
+    assert isinstance(item, Batch) and item.records == []
+    assert [f.kind for f in item.findings] == ["crc_mismatch"]  # refused: not inflated
 
 
 def test_bad_record_in_valid_batch_keeps_earlier_records() -> None:
@@ -350,7 +334,7 @@ def test_cut_gzip_stream_ends_with_a_read_error(tmp_path: Path) -> None:
     with segment.open() as stream:
         items = list(read_batches(stream, chunk_bytes=512))
     assert isinstance(items[-1], Finding) and items[-1].kind == "read_error"
-    assert "EOFError" in items[-1].message
+    assert "the gzip stream is cut" in items[-1].message
     got = batches(items)
     assert got and got == batches(read_all(data))[:len(got)]
 
@@ -363,3 +347,130 @@ def test_unknown_codec_id_is_a_finding() -> None:
     assert isinstance(item, Batch) and item.header.crc_valid
     assert item.header.compression == "unknown" and item.records == []
     assert [f.kind for f in item.findings] == ["unknown_compression"]
+
+
+# --- refused batches, covered batches, cut streams, record-count bound -------------------
+
+
+def test_crc_mismatch_refuses_the_batch() -> None:
+    data = bytearray(fixture())
+    position, size = spans(bytes(data))[1]
+    data[position + size - 10] ^= 0x01  # inside the last record's value
+    items = read_all(bytes(data))
+    good = batches(read_all(fixture()))
+    bad = batches(items)[1]
+    assert not bad.header.crc_valid and bad.records == []
+    [finding] = bad.findings
+    assert (finding.kind, finding.position, finding.offset) == (
+        "crc_mismatch", position, bad.header.base_offset)
+    assert finding.raw_length == size
+    assert f"its {len(good[1].records)} records" in finding.message
+    assert "not read" in finding.message
+    assert [b for i, b in enumerate(batches(items)) if i != 1] == good[:1] + good[2:]
+
+
+@pytest.mark.parametrize("name", ["share_txn.log", "consumer_offsets_txn.log"])
+def test_a_length_ending_on_a_batch_start_hides_no_batch(name: str) -> None:
+    """The declared length runs over the next batch and ends where the one after starts."""
+    data = bytearray(fixture(name))
+    layout = spans(bytes(data))
+    (first, first_size), (_, covered_size) = layout[1:3]
+    struct.pack_into(">i", data, first + 8, first_size + covered_size - LOG_OVERHEAD)
+    items = read_all(bytes(data))
+    good = batches(read_all(fixture(name)))
+    assert batches(items) == [good[0], *good[2:]]
+    [finding] = findings(items)
+    assert (finding.kind, finding.position, finding.raw_length) == (
+        "bad_length", first, first_size)
+    assert finding.offset == good[1].header.base_offset
+
+
+def _cut_gzip(tmp_path: Path, packed: bytes) -> list[Batch | Finding]:
+    path = tmp_path / "00000000000000000000.log.gz"
+    path.write_bytes(packed)
+    [segment] = discover([path])
+    with segment.open() as stream:
+        return list(read_batches(stream))
+
+
+def test_cut_gzip_reads_every_batch_that_decompresses(tmp_path: Path) -> None:
+    data = fixture("share_replay_small.log")
+    packed = gzip.compress(data)
+    cut = packed[: len(packed) * 2 // 3]
+    readable = zlib.decompressobj(31).decompress(cut)
+    items = _cut_gzip(tmp_path, cut)
+    expected = read_all(readable)
+    assert batches(items) == batches(expected) and len(batches(expected)) > 50
+    assert [f.kind for f in findings(items)] == ["truncated_batch", "read_error"]
+    error = findings(items)[-1]
+    assert error.position == len(readable)
+    assert f"after {len(readable)} bytes" in error.message
+    assert f"{len(cut)} compressed bytes" in error.message
+
+
+def test_gzip_with_trailing_garbage_reads_everything(tmp_path: Path) -> None:
+    data = fixture("share_replay_small.log")
+    items = _cut_gzip(tmp_path, gzip.compress(data) + b"not gzip" * 8)
+    assert batches(items) == batches(read_all(data))
+    [error] = findings(items)
+    assert error.kind == "read_error" and error.position == len(data)
+    assert "64 bytes after the gzip stream" in error.message
+
+
+def test_two_gzip_members_are_one_stream(tmp_path: Path) -> None:
+    data = fixture("share_replay_small.log")
+    half = len(data) // 2
+    items = _cut_gzip(tmp_path, gzip.compress(data[:half]) + gzip.compress(data[half:]))
+    assert items == read_all(data)
+
+
+def test_a_batch_of_more_records_than_the_limit_is_refused() -> None:
+    data = fixture()
+    big = null_record_batch(10_000, 5000)
+    items = read_all(data + big, max_batch_records=1000)
+    assert batches(items)[:-1] == batches(read_all(data))
+    last = batches(items)[-1]
+    assert last.records == [] and last.header.record_count == 5000
+    [finding] = last.findings
+    assert (finding.kind, finding.position) == ("too_many_records", len(data))
+    assert "5000 records" in finding.message and "1000" in finding.message
+    [whole] = batches(read_all(big, max_batch_records=5000))
+    assert len(whole.records) == 5000 and not whole.findings
+
+
+def test_six_million_null_records_keep_memory_flat(tmp_path: Path) -> None:
+    path = tmp_path / "bomb.log"
+    path.write_bytes(fixture() + null_record_batch(10_000, 6_000_000))
+    probe = ("import sys\nfrom pathlib import Path\nfrom sharestate.cli import main\n"
+             "status = main(sys.argv[1:])\n"  # VmHWM: this process's peak (ru_maxrss is not:
+             "peak = [line.split()[1] for line in Path('/proc/self/status').read_text()"
+             ".splitlines() if line.startswith('VmHWM')][0]\n"  # it outlives exec on Linux)
+             "print(status, peak)\n")
+    for command in ("decode", "state"):
+        done = subprocess.run([sys.executable, "-c", probe, command, str(path), "-o",
+                               os.devnull], capture_output=True, text=True, timeout=120,
+                              check=False)
+        status, peak_kib = map(int, done.stdout.split())
+        assert status == 1, done.stderr
+        assert peak_kib < 200 << 10, (command, peak_kib)
+    assert "too_many_records" in done.stderr  # state lists its findings
+
+
+@pytest.mark.timeout(120)
+def test_resync_crosses_20_mib_of_0x01() -> None:
+    data = fixture()
+    size = spans(data)[0][1]
+    items = read_all(data[:size] + b"\x01" * (20 << 20) + data[size:])
+    assert records(items) == records(read_all(data))
+    [finding] = findings(items)
+    assert finding.raw_length == 20 << 20
+
+
+@pytest.mark.timeout(120)
+def test_a_zero_tail_is_one_finding() -> None:
+    data = fixture()
+    items = read_all(data + bytes(4 << 20))
+    assert batches(items) == batches(read_all(data))
+    [finding] = findings(items)
+    assert (finding.position, finding.raw_length) == (len(data), 4 << 20)
+    assert "no valid batch follows" in finding.message

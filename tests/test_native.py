@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,6 +28,7 @@ from sharestate.coordinator.share_state import (
 )
 from sharestate.log import Batch, RawRecord, discover, read_batches
 from sharestate.log.records_v2 import parse_records, parse_records_py
+from sharestate.log.resync import check_at, next_candidate, next_candidate_py
 from sharestate.records import catalog
 from sharestate.records.codec import (
     DecodeError,
@@ -179,12 +181,69 @@ def test_native_batch_walk_matches_python_on_fixtures_and_damage(
     for data in segments:
         flipped = bytearray(data)
         flipped[len(data) // 2] ^= 0x40
-        damaged += [bytes(flipped), data[: len(data) - 7], data[:100] + b"garbage" + data[100:]]
+        covering = bytearray(data)  # the first batch's length runs into the next one
+        covering[8:12] = (int.from_bytes(data[8:12], "big") + 100).to_bytes(4, "big")
+        damaged += [bytes(flipped), data[: len(data) - 7], data[:100] + b"garbage" + data[100:],
+                    bytes(covering), data[:61] + bytes(70_000) + data[61:],
+                    data[:40] + b"\x01" * 70_000 + data[40:]]
     inputs = segments + damaged
     fast = [_read_all(data) for data in inputs]
     monkeypatch.setattr(native, "module", None)
     slow = [_read_all(data) for data in inputs]
     assert fast == slow
+
+
+def _scans(buf: bytes, max_batch: int) -> list[tuple[bool, int]]:
+    """Every answer of the candidate scan over `buf`, from each start, both at and before
+    the end of the stream."""
+    answers = []
+    for eof in (True, False):
+        off = 0
+        while off <= len(buf):
+            found, at = next_candidate(buf, off, len(buf), eof, max_batch)
+            answers.append((found, at))
+            if not found:
+                break
+            off = at + 1
+    return answers
+
+
+def _scan_inputs() -> list[bytes]:
+    segments = [p.read_bytes()[:6000] for p in sorted(conformance_dir().glob("*/*.log"))]
+    return [*segments, bytes(5000), b"\x01" * 5000, b"\x02" * 5000, b"\xff" * 300,
+            random.Random(5).randbytes(60_000)]
+
+
+def test_native_candidate_scan_matches_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    inputs = _scan_inputs()
+    fast = [_scans(buf, limit) for buf in inputs for limit in (64 << 20, 1000)]
+    assert any(found for answers in fast for found, _ in answers)
+    monkeypatch.setattr(native, "module", None)
+    assert fast == [_scans(buf, limit) for buf in inputs for limit in (64 << 20, 1000)]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(data=st.binary(min_size=0, max_size=300), off=st.integers(0, 300),
+       stop=st.integers(0, 300), eof=st.booleans(), max_batch=st.sampled_from([61, 200, 1 << 30]))
+def test_native_candidate_scan_matches_python_on_random_bytes(
+        data: bytes, off: int, stop: int, eof: bool, max_batch: int) -> None:
+    got = native.module.next_candidate(data, off, stop, eof, max_batch)
+    assert ((True, got) if got >= 0 else (False, -1 - got)) == \
+        next_candidate_py(data, off, stop, eof, max_batch)
+
+
+def test_vectorised_checks_agree_with_the_byte_by_byte_check() -> None:
+    for buf in _scan_inputs():
+        for eof in (True, False):
+            want = [i for i in range(len(buf)) if check_at(buf, i, eof, 1 << 26) == 1]
+            got, off = [], 0
+            while True:
+                found, at = next_candidate_py(buf, off, len(buf), eof, 1 << 26)
+                if not found:
+                    break
+                got.append(at)
+                off = at + 1
+            assert got == want[:len(got)] and (got == want or not eof)
 
 
 def test_native_key_value_decoding_matches_python(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -222,7 +281,7 @@ def test_native_replay_with_history_matches_python(monkeypatch: pytest.MonkeyPat
     from sharestate.replay.share_log import replay_share_log
 
     paths = sorted(conformance_dir().glob("*/share_*.log"))
-    logs = [log for path in paths for log in partition_logs(discover([path]))]
+    logs = [log for path in paths for log in partition_logs(discover([path]))[0]]
 
     def run() -> list[Any]:
         out = []
@@ -256,7 +315,7 @@ def test_native_audit_matches_python_on_fixtures() -> None:
     from sharestate.replay.logs import partition_logs
 
     paths = sorted(conformance_dir().glob("*/share_*.log"))
-    for log in (log for path in paths for log in partition_logs(discover([path]))):
+    for log in (log for path in paths for log in partition_logs(discover([path]))[0]):
         batches = list(log.batches())
         assert _audit(batches, log.dialects) == _audit(batches, None), log.name
 
@@ -431,8 +490,7 @@ def _apply(batches: list[Any], limit: int, as_of: Any, collect: bool, in_c: bool
     from sharestate.replay.share_log import _Applier, native_slots
 
     shard = ShareShard(rules_for("4.1", limit))
-    findings: list[Any] = []
-    applier = _Applier(shard, findings, None)
+    applier = _Applier(shard, None)
     context = shard.native_context()
     assert context is not None
     slots = native_slots(("4.0", "4.1"))
@@ -455,7 +513,7 @@ def _apply(batches: list[Any], limit: int, as_of: Any, collect: bool, in_c: bool
         if step[1]:
             break
     offsets = shard._offsets
-    return (steps, findings, shard.findings, list(shard._states.items()),
+    return (steps, shard.findings, list(shard._states.items()),
             list(shard._leader_epochs.items()), list(shard._state_epochs.items()),
             list(shard._counts.items()), list(offsets.tracked().items()), offsets.raw)
 
@@ -467,7 +525,7 @@ def _apply(batches: list[Any], limit: int, as_of: Any, collect: bool, in_c: bool
 def test_native_share_apply_matches_python(batches: list[Any], limit: int, bound: str, at: int,
                                            collect: bool) -> None:
     """Random and damaged share-state histories, mixed 4.0 / 4.1 layouts, bounded by offset
-    or time or not: the shard, its offsets manager, the findings, the history entries and
+    or time or not: the shard, its offsets manager, its findings, the history entries and
     each call's result are the same in C and in Python."""
     from sharestate.replay.logs import AsOf
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import damage
 import pytest
 from conftest import conformance_dir
 
@@ -235,6 +236,51 @@ def test_corrupt_segment_lands_in_decode_errors(spark: Any, tmp_path: Path) -> N
     assert {"crc_mismatch", "truncated_batch"} <= {e["kind"] for e in errors}
     assert rows(spark, tmp_path / "wh", "audit_findings", "rule = 'decode_error'")
     assert len(rows(spark, tmp_path / "wh", "share_partition_state")) > 0
+
+
+def _damaged_share_log() -> tuple[bytes, list[int]]:
+    """Kafka's transactional share-state segment with four batches damaged four ways (a
+    codec id that does not exist, a marker whose count became 0, a flipped byte in a
+    record, a length running over the next batch, a marker); where each damaged batch
+    starts."""
+    data = (conformance_dir("kafka-4.4-dev") / "share_txn.log").read_bytes()
+    spans = damage.layout(data)
+    marker = next(i for i, s in enumerate(spans) if s.is_control)
+    codec, flipped = 1, marker + 1
+    covering = next(i for i, s in enumerate(spans) if i > flipped and spans[i + 1].is_control)
+    out = damage.set_codec(data, spans[codec].position, 6)
+    out = damage.set_count(out, spans[marker].position, 0, crc=False)
+    out = damage.flip(out, spans[flipped].position + spans[flipped].size - 3)
+    out = damage.set_length(out, spans[covering].position,
+                            spans[covering].size + spans[covering + 1].size - 12)
+    return out, [spans[i].position for i in (codec, marker, flipped, covering)]
+
+
+def test_every_damaged_batch_has_its_decode_errors_row(spark: Any, tmp_path: Path) -> None:
+    """The pipeline's decode_errors hold exactly the findings `sharestate decode` reports
+    for the same bytes, one per damaged batch; every intact record is in log_records."""
+    from sharestate.cli import main as cli
+
+    data, damaged = _damaged_share_log()
+    target = tmp_path / "logs" / "__share_group_state-0"
+    target.mkdir(parents=True)
+    segment = target / "00000000000000000000.log"
+    segment.write_bytes(data)
+    assert run(spark, tmp_path / "logs", tmp_path / "wh") == 1
+    errors = rows(spark, tmp_path / "wh", "decode_errors")
+    assert sorted(e["position"] for e in errors) == damaged
+    assert cli(["decode", str(segment), "-o", str(tmp_path / "rows.jsonl"), "--findings",
+                str(tmp_path / "findings.jsonl")]) == 1
+    findings = [json.loads(line) for line in
+                (tmp_path / "findings.jsonl").read_text("utf-8").splitlines()]
+    assert sorted((e["source"], e["position"], e["offset"], e["kind"], e["message"],
+                   e["raw_length"]) for e in errors) == \
+        sorted((f["source"], f["position"], f["offset"], f["kind"], f["message"],
+                f["raw_length"]) for f in findings)
+    decoded = [json.loads(line) for line in
+               (tmp_path / "rows.jsonl").read_text("utf-8").splitlines()]
+    assert sorted(r["offset"] for r in rows(spark, tmp_path / "wh", "log_records")) == \
+        sorted(r["offset"] for r in decoded if r["error"] is None)
 
 
 def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

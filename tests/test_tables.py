@@ -12,7 +12,7 @@ import pytest
 from conftest import conformance_dir
 
 from sharestate.analytics.audit import ShareAuditor
-from sharestate.log import Batch, Finding, discover, read_batches
+from sharestate.log import Batch, Finding, ReadLimits, discover, read_batches
 from sharestate.records import segment
 from sharestate.records.segment import (
     QuietRun,
@@ -138,7 +138,7 @@ BEYOND = AsOf(offset=1 << 62)
 def test_replay_from_bronze_rows_equals_replay_from_the_segment(path: Path) -> None:
     """Bronze rows replay like the segment, batch by batch and in quiet runs (C, one call
     per run), with the same history, audit rows, prune ledger and findings."""
-    (log,) = partition_logs(discover([path]))
+    (log,) = partition_logs(discover([path]))[0]
     records = _bronze_records(path)
     dialect = records["dialect"][0].as_py()
     expected = _replayed(log, BEYOND)
@@ -160,7 +160,7 @@ def test_quiet_runs_gather_only_plain_data_batches(name: str, source: str,
     path = conformance_dir("kafka-4.4-dev") / f"{name}.log"
     log: LogSource
     if source == "segment":
-        (log,) = partition_logs(discover([path]))
+        (log,) = partition_logs(discover([path]))[0]
     else:
         records = _bronze_records(path)
         log = ArrowLog("__share_group_state", 0, records.to_batches(max_chunksize=300),
@@ -181,8 +181,9 @@ def test_quiet_runs_gather_only_plain_data_batches(name: str, source: str,
 
 
 def test_quiet_runs_keep_each_records_batch_for_findings_and_stop_points() -> None:
-    """A record that fails to decode inside a quiet run is reported at its own batch's
-    position; a bounded replay (which cannot run in one call) stops where Kafka's would."""
+    """A record that fails to decode inside a quiet run is skipped (ingest wrote its
+    `decode_errors` row); a bounded replay (which cannot run in one call) agrees, and stops
+    where Kafka's would."""
     path = conformance_dir("kafka-4.4-dev") / "share_replay_small.log"
     records = _bronze_records(path)
     values = records["value"].to_pylist()
@@ -199,10 +200,9 @@ def test_quiet_runs_keep_each_records_batch_for_findings_and_stop_points() -> No
 
     in_runs = replayed(END)
     offsets = records["offset"].to_pylist()
-    positions = records["position"].to_pylist()
-    assert [(f.offset, f.position) for f in in_runs["findings"]
-            if f.offset in {offsets[i] for i in broken}] == [
-        (offsets[i], positions[i]) for i in broken]
+    applied = {entry[0] for entry in in_runs["history"]}
+    assert not applied & {offsets[i] for i in broken}
+    assert {offsets[i + 1] for i in broken} <= applied
     assert replayed(BEYOND) == in_runs
     middle = AsOf(offset=offsets[len(offsets) * 2 // 3])
     assert replayed(middle)["log"][0] == middle.offset  # as of N includes N
@@ -211,7 +211,7 @@ def test_quiet_runs_keep_each_records_batch_for_findings_and_stop_points() -> No
 def test_history_rows_hold_the_state_after_each_record() -> None:
     path = conformance_dir("kafka-4.4-dev") / "share_tombstones.log"
     entries: list[object] = []
-    result = replay_share_log(partition_logs(discover([path]))[0],
+    result = replay_share_log(partition_logs(discover([path]))[0][0],
                               history_sink=entries.extend)
     rows = history_batch(entries, "__share_group_state", 0, "4.1").to_pylist()  # type: ignore[arg-type]
     assert len(rows) == result.records
@@ -259,3 +259,20 @@ def test_replay_of_spark_ordered_rows_equals_replay_of_bronze_files(tmp_path: Pa
     assert by_rows == by_files
     assert {name for name, _ in by_files} >= {"share_partition_state_history",
                                               "share_partition_state"}
+
+
+def test_ingest_refuses_batches_over_the_record_limit_as_decode_errors(tmp_path: Path) -> None:
+    """The ingest task takes the record limit of the job (`--max-batch-records`)."""
+    path = tmp_path / "__share_group_state-0" / "00000000000000000000.log"
+    path.parent.mkdir()
+    path.write_bytes((conformance_dir("kafka-4.4-dev") / "share_codec_none.log").read_bytes())
+    (segment,) = discover([path])
+    limit = 5
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for name, rows in bronze_tables(read_split(Split(segment), "test",
+                                               limits=ReadLimits(max_batch_records=limit))):
+        tables.setdefault(name, []).extend(rows.to_pylist())
+    counts = [len(b.records) for b in read_batches(path.open("rb")) if isinstance(b, Batch)]
+    assert {e["kind"] for e in tables["decode_errors"]} == {"too_many_records"}
+    assert len(tables["decode_errors"]) == sum(count > limit for count in counts)
+    assert len(tables["log_records"]) == sum(count for count in counts if count <= limit)

@@ -63,7 +63,7 @@ from sharestate.log import ControlRecord, Finding, RawRecord
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.records.keyvalue import KeyValue
 from sharestate.records.segment import DecodedBatch, LogItem, QuietRun
-from sharestate.replay.share_log import LogFinding, native_slots
+from sharestate.replay.share_log import native_slots
 
 INFO: Final = "info"
 WARNING: Final = "warning"
@@ -414,9 +414,9 @@ def shard_finding_rows(findings: Iterable[ShardFinding], partition: int | None,
                           share_partition=key.partition if key else None)
 
 
-def log_finding_rows(findings: Iterable[LogFinding], topic: str,
+def log_finding_rows(findings: Iterable[Finding], topic: str,
                      partition: int | None) -> Iterator[Row]:
-    """A `decode_error` row per `LogFinding` of a replayed log (either topic)."""
+    """A `decode_error` row per finding of a replayed log (either topic)."""
     for f in findings:
         yield finding_row("decode_error", f.message, topic=topic, partition=partition,
                           offset=f.offset, detail={"kind": f.kind, "position": f.position})

@@ -1,9 +1,9 @@
 """Kafka log segments: batches and raw records in, batches and segment files out.
 
-Reading (`read_batches`) streams a segment of RecordBatch v2 or legacy magic 0/1 entries,
-checks CRCs, decompresses within limits, and turns anything unreadable into a `Finding`
-instead of an exception. `parse_control` interprets control records; `discover` finds
-segment files; `build_batch`/`SegmentWriter` write batches and segments.
+Reading (`read_segment`, over `read_batches`) streams a segment of RecordBatch v2 or legacy
+magic 0/1 entries, checks CRCs, decompresses within limits, and turns anything unreadable
+into a `Finding` instead of an exception. `parse_control` interprets control records;
+`discover` finds segment files; `build_batch`/`SegmentWriter` write batches and segments.
 """
 
 from sharestate.log.batch import (
@@ -37,20 +37,37 @@ from sharestate.log.control import (
     end_txn_marker_value,
     parse_control,
 )
-from sharestate.log.framing import DEFAULT_MAX_BATCH_BYTES, read_batches
+from sharestate.log.framing import (
+    DEFAULT_LIMITS,
+    DEFAULT_MAX_BATCH_BYTES,
+    DEFAULT_MAX_BATCH_RECORDS,
+    ReadLimits,
+    read_batches,
+)
 from sharestate.log.records_v2 import RecordError, parse_records
-from sharestate.log.sources import INTERNAL_TOPICS, Segment, SourceError, discover, segment_of
+from sharestate.log.sources import (
+    INTERNAL_TOPICS,
+    Segment,
+    SourceError,
+    discover,
+    read_segment,
+    segment_of,
+)
+from sharestate.log.streams import MAX_SEGMENT_BYTES
 
 __all__ = [
     "COMPRESSION_NAMES",
     "CONTROL_TYPES",
     "CREATE_TIME",
+    "DEFAULT_LIMITS",
     "DEFAULT_MAX_BATCH_BYTES",
+    "DEFAULT_MAX_BATCH_RECORDS",
     "DEFAULT_MAX_INFLATED_BYTES",
     "DEFAULT_RAW_CAP",
     "DEFAULT_SEGMENT_BYTES",
     "INTERNAL_TOPICS",
     "LOG_APPEND_TIME",
+    "MAX_SEGMENT_BYTES",
     "NO_TIMESTAMP_TYPE",
     "Batch",
     "BatchHeader",
@@ -58,6 +75,7 @@ __all__ = [
     "DecompressionError",
     "Finding",
     "RawRecord",
+    "ReadLimits",
     "RecordError",
     "Segment",
     "SegmentWriter",
@@ -73,5 +91,6 @@ __all__ = [
     "parse_control",
     "parse_records",
     "read_batches",
+    "read_segment",
     "segment_of",
 ]

@@ -65,7 +65,8 @@ class Finding:
 
     `position` is a byte position in the stream, `offset` the log offset concerned when it
     is known. `raw` holds at most the configured number of offending bytes and
-    `raw_length` the full length of the offending range.
+    `raw_length` the full length of the offending range. `source` names the segment file
+    (set by `read_segment`; None for a bare stream).
     """
 
     kind: str
@@ -74,12 +75,14 @@ class Finding:
     offset: int | None
     raw: bytes
     raw_length: int
+    source: str | None = None
 
     @classmethod
     def of(cls, kind: str, message: str, position: int, offset: int | None,
-           raw: bytes | memoryview, cap: int = DEFAULT_RAW_CAP) -> Finding:
+           raw: bytes | memoryview, cap: int = DEFAULT_RAW_CAP,
+           source: str | None = None) -> Finding:
         """Build a finding, keeping at most `cap` bytes of `raw`."""
-        return cls(kind, message, position, offset, bytes(raw[:cap]), len(raw))
+        return cls(kind, message, position, offset, bytes(raw[:cap]), len(raw), source)
 
 
 class Batch(NamedTuple):

@@ -10,19 +10,25 @@ when the delete-horizon attribute is set (the cleaner then stores the horizon as
 timestamp and rewrites the deltas against it); with LogAppendTime every record takes the
 batch's maxTimestamp.
 
-Bad bytes never raise: a CRC mismatch stays on the batch (`crc_valid=False` plus a
-`crc_mismatch` finding) and its records are still parsed; an impossible length, an unknown
-magic or a batch running past the end of the stream yields one top-level `Finding`, after
-which reading resumes at the next position where a batch with a valid CRC starts. Fewer
-than 17 bytes at the end yield one `trailing_bytes` finding, and a stream that fails while
-being read (a corrupt or cut .gz file) ends with a `read_error` finding. Every step moves
-forward.
+Bad bytes never raise. A batch whose CRC does not match is refused as Kafka's loader
+refuses it: it comes with no records and a `crc_mismatch` finding holding its bytes. So is
+a batch declaring more records than `max_batch_records` (`too_many_records`, nothing
+decompressed or parsed). An impossible length, an unknown magic or a batch running past
+the end of the stream yields one top-level `Finding`, after which reading resumes at the
+next position where an intact batch starts (`resync`: cheap header checks on every byte,
+a CRC only where they pass). A refused batch's length is not trusted either: an intact
+batch starting inside it ends it there (`bad_length`), so a wrong length hides nothing;
+and bytes that fail their CRC, do not pass the header checks and do not end where another
+entry (or the stream) does are `garbage` up to the next intact batch. Fewer than 17 bytes
+at the end yield one `trailing_bytes` finding, and a stream that fails while being read
+(a cut .gz file, a file larger than a segment can be) ends with a finding of the kind the
+stream names (`read_error` otherwise). Every step moves forward.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
-import re
 import struct
 import zlib
 from collections.abc import Generator, Iterator
@@ -42,33 +48,61 @@ from sharestate.log.batch import (
     RawRecord,
 )
 from sharestate.log.compression import DEFAULT_MAX_INFLATED_BYTES, DecompressionError, decompress
-from sharestate.log.legacy import MIN_MESSAGE_SIZE, parse_legacy
+from sharestate.log.legacy import parse_legacy
 from sharestate.log.records_v2 import parse_records, wrap64
+from sharestate.log.resync import (
+    LEGACY_KEY_AT,
+    MIN_LENGTH,
+    V2_WINDOW,
+    check_at,
+    next_candidate,
+)
+from sharestate.log.resync import LOG_OVERHEAD as LOG_OVERHEAD  # re-exported: the entry prefix
 
-LOG_OVERHEAD = 12
-"""baseOffset + length: the bytes in front of what `length` counts."""
 V2_HEADER_SIZE = 61
 DEFAULT_MAX_BATCH_BYTES = 64 << 20
+DEFAULT_MAX_BATCH_RECORDS = 100_000
+"""Records one batch may declare. Kafka's coordinators write batches of at most about
+1 MiB (their append buffer), which holds fewer records than this; a batch declaring more
+is refused before anything is inflated, so a small hostile batch cannot fill memory with
+records."""
 DEFAULT_CHUNK_BYTES = 1 << 20
 
 _V2 = struct.Struct(">qiibIhiqqqhii")
 _PREFIX = struct.Struct(">qi")
 _CRC = struct.Struct(">I")
+_INT32 = struct.Struct(">i")
 _PROBE = 17  # bytes needed to see the length and the magic
-_MIN_LENGTH = (*MIN_MESSAGE_SIZE, V2_HEADER_SIZE - LOG_OVERHEAD)
-_MAGIC_BYTE = re.compile(b"[\x00-\x02]")
+_SCAN_BYTES = 1 << 16  # bytes read ahead while looking for the next batch
 
 _SCAN_BATCHES = 64  # batches per native call: keeps short-lived objects short-lived
 
 _Problem = tuple[str, str, int | None]  # kind, message, offset
 
 
+@dataclasses.dataclass(frozen=True)
+class ReadLimits:
+    """What one batch may take: bytes, inflated bytes, records; and how many offending
+    bytes a finding keeps."""
+
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
+    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
+    max_batch_records: int = DEFAULT_MAX_BATCH_RECORDS
+    max_raw_bytes: int = DEFAULT_RAW_CAP
+
+
+DEFAULT_LIMITS = ReadLimits()
+
+
 def read_batches(stream: BinaryIO, *, start_position: int = 0, end_position: int | None = None,
                  max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
                  max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+                 max_batch_records: int = DEFAULT_MAX_BATCH_RECORDS,
                  max_raw_bytes: int = DEFAULT_RAW_CAP,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[Batch | Finding]:
-    """Yield each batch of `stream` in order, and a `Finding` for each unreadable range.
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                 source: str | None = None) -> Iterator[Batch | Finding]:
+    """Yield each batch of `stream` in order, and a `Finding` for each unreadable range
+    (each naming `source` as where it was found).
 
     Positions count from the start of the stream. With `start_position` the stream is
     first moved there (seek, or read and discarded when it cannot seek); it must be a batch
@@ -78,28 +112,31 @@ def read_batches(stream: BinaryIO, *, start_position: int = 0, end_position: int
     every batch and report every finding exactly once.
     """
     if start_position < 0 or max_batch_bytes < V2_HEADER_SIZE or max_inflated_bytes < 0 \
-            or max_raw_bytes < 0 or chunk_bytes < 1:
+            or max_batch_records < 0 or max_raw_bytes < 0 or chunk_bytes < 1:
         raise ValueError("read_batches: positions and limits must be positive")
     return _Scanner(stream, start_position, max_batch_bytes, max_inflated_bytes,
-                    max_raw_bytes, chunk_bytes, end_position).run()
+                    max_batch_records, max_raw_bytes, chunk_bytes, end_position, source).run()
 
 
 class _Scanner:
     """A forward-only window over the stream plus the batch-by-batch walk."""
 
     def __init__(self, stream: BinaryIO, start: int, max_batch: int, max_inflated: int,
-                 raw_cap: int, chunk: int, stop: int | None = None) -> None:
+                 max_records: int, raw_cap: int, chunk: int, stop: int | None,
+                 source: str | None) -> None:
         self.stream = stream
+        self.source = source
         self.stop = stop
         self.start = start
         self.max_batch = max_batch
         self.max_inflated = max_inflated
+        self.max_records = max_records
         self.raw_cap = raw_cap
         self.chunk = chunk
         self.buf = b""
         self.base = start  # stream position of buf[0]
         self.eof = False
-        self.read_error: str | None = None
+        self.read_error: tuple[str, str] | None = None  # finding kind, message
 
     # -- the window ------------------------------------------------------------------
 
@@ -120,11 +157,14 @@ class _Scanner:
             left -= len(data)
 
     def _read(self, size: int) -> bytes:
-        """Read from the stream; a failing stream (a corrupt .gz, say) counts as its end."""
+        """Read from the stream; a failing stream (a cut .gz, say) counts as its end. The
+        error's `kind` attribute, when it has one, names the finding."""
         try:
             data = self.stream.read(size)
         except (OSError, EOFError, ValueError, zlib.error) as exc:
-            self.read_error = f"{type(exc).__name__}: {exc}"
+            self.read_error = (getattr(exc, "kind", "read_error"),
+                               f"{type(exc).__name__}: {exc}" if not hasattr(exc, "kind")
+                               else str(exc))
             data = b""
         if not data:
             self.eof = True
@@ -161,9 +201,21 @@ class _Scanner:
     def run(self) -> Iterator[Batch | Finding]:
         yield from self._walk()
         if self.read_error is not None:
+            kind, reason = self.read_error
             end = self._end()
-            yield Finding("read_error", f"the stream failed after {end} bytes: "
-                          f"{self.read_error}", end, None, b"", 0)
+            yield Finding(kind, f"reading stopped after {end} bytes: {reason}", end, None,
+                          b"", 0, self.source)
+
+    def _sourced(self, item: Batch | Finding) -> Batch | Finding:
+        """`item` with its findings naming the source (only the Python walk finds any)."""
+        if self.source is None:
+            return item
+        if isinstance(item, Finding):
+            return dataclasses.replace(item, source=self.source)
+        if item.findings:
+            return Batch(item.header, item.records,
+                         [dataclasses.replace(f, source=self.source) for f in item.findings])
+        return item
 
     def _walk(self) -> Iterator[Batch | Finding]:
         self._seek_start()
@@ -173,9 +225,9 @@ class _Scanner:
             if native.enabled():  # the run of clean batches buffered here, in C
                 while True:
                     scanned, off = native.module.scan_v2(
-                        self.buf, pos - self.base, self.base, self.max_batch, crc32c,
-                        CREATE_TIME, LOG_APPEND_TIME, COMPRESSION_NAMES[0], _SCAN_BATCHES,
-                        -1 if stop is None else stop)
+                        self.buf, pos - self.base, self.base, self.max_batch, self.max_records,
+                        crc32c, CREATE_TIME, LOG_APPEND_TIME, COMPRESSION_NAMES[0],
+                        _SCAN_BATCHES, -1 if stop is None else stop)
                     pos = self.base + off
                     yield from scanned
                     if len(scanned) < _SCAN_BATCHES:
@@ -187,7 +239,8 @@ class _Scanner:
                 if left > 0:
                     yield Finding.of("trailing_bytes",
                                      f"{left} bytes at the end are too short for a batch",
-                                     pos, None, self.buf[pos - self.base:], self.raw_cap)
+                                     pos, None, self.buf[pos - self.base:], self.raw_cap,
+                                     self.source)
                 return
             off = pos - self.base
             base_offset, length = _PREFIX.unpack_from(self.buf, off)
@@ -210,27 +263,46 @@ class _Scanner:
             else:
                 batch = parse_legacy(self.buf, off, pos, size,
                                      max_inflated_bytes=self.max_inflated,
-                                     raw_cap=self.raw_cap)
-            resume = pos + size
-            if not batch.header.crc_valid and not self._plausible(resume, pos):
-                inner = self._find_valid(pos + 1, resume)
+                                     max_records=self.max_records, raw_cap=self.raw_cap)
+            if not batch.header.crc_valid:  # its length is no more trusted than its bytes
+                if check_at(self.buf, off, True, self.max_batch) != 1 \
+                        and not self._ends_well(pos, pos + size):
+                    resume = yield from self._resync(pos, (
+                        "garbage", f"{size} bytes that fail their CRC and do not begin as a "
+                        f"batch Kafka writes", None))
+                    if resume is None:
+                        return
+                    pos = resume
+                    continue
+                inner = self._find_valid(pos + 1, pos + size)
                 if inner is not None:
-                    batch.findings.append(Finding.of(
-                        "bad_length", f"declared size {size} overlaps a valid batch at "
-                        f"position {inner}; resuming there", pos, batch.header.base_offset,
-                        b"", self.raw_cap))
-                    resume = inner
-            yield batch
-            pos = resume
+                    refused = batch.findings[0]
+                    yield Finding(
+                        "bad_length", f"batch at offset {base_offset} declares {size} bytes "
+                        f"and its CRC does not match, but an intact batch starts at "
+                        f"{inner}: skipped {inner - pos} bytes, resuming there", pos,
+                        base_offset, refused.raw[:inner - pos], inner - pos, self.source)
+                    pos = inner
+                    continue
+            yield self._sourced(batch)
+            pos += size
+
+    def _ends_well(self, pos: int, end: int) -> bool:
+        """Whether the stream ends at `end` or an entry there passes the header checks
+        (bytes from `pos` on are kept)."""
+        self._fill(pos, end + V2_WINDOW)
+        if self._end() == end:
+            return True
+        return check_at(self.buf, end - self.base, self.eof, self.max_batch) == 1
 
     def _frame_problem(self, magic: int, length: int) -> _Problem | None:
         if length < 0:
             return "bad_length", f"negative batch length {length}", None
         if magic > 2:
             return "unknown_magic", f"unknown magic byte {magic}", None
-        if length < _MIN_LENGTH[magic]:
+        if length < MIN_LENGTH[magic]:
             return ("bad_length", f"batch length {length} is below the minimum "
-                    f"{_MIN_LENGTH[magic]} for magic {magic}", None)
+                    f"{MIN_LENGTH[magic]} for magic {magic}", None)
         if length + LOG_OVERHEAD > self.max_batch:
             return ("batch_too_large", f"batch of {length + LOG_OVERHEAD} bytes exceeds the "
                     f"limit of {self.max_batch}", None)
@@ -246,57 +318,50 @@ class _Scanner:
         stop = self._end() if resume is None else resume
         where = "no valid batch follows" if resume is None else f"resuming at {resume}"
         yield Finding(kind, f"{message}; skipped {stop - start} bytes, {where}", start,
-                      offset, raw[:stop - start], stop - start)
+                      offset, raw[:stop - start], stop - start, self.source)
         return resume
 
-    def _valid_at(self, pos: int) -> bool:
-        """Whether a batch with a verified CRC starts at `pos`."""
-        if not self._fill(pos, pos + _PROBE):
-            return False
-        off = pos - self.base
-        length = _PREFIX.unpack_from(self.buf, off)[1]
-        magic = self.buf[off + 16]
-        if magic > 2 or not _MIN_LENGTH[magic] <= length <= self.max_batch - LOG_OVERHEAD:
-            return False
-        end = pos + LOG_OVERHEAD + length
-        if not self._fill(pos, end):
-            return False
-        buf = self.buf
-        off = pos - self.base
-        stop = off + LOG_OVERHEAD + length
-        if magic == 2:
-            stored, actual = _CRC.unpack_from(buf, off + 17)[0], crc32c(buf[off + 21:stop])
-        else:
-            stored, actual = _CRC.unpack_from(buf, off + 12)[0], zlib.crc32(buf[off + 16:stop])
-        return bool(stored == actual)
-
     def _find_valid(self, pos: int, limit: int | None) -> int | None:
-        """The first position in [pos, limit) where a valid batch starts, if any."""
+        """The first position in [pos, limit) where an intact batch starts, if any: where
+        the cheap header checks pass (`resync`) and then the whole entry checks out."""
         while limit is None or pos < limit:
-            if not self._fill(pos, pos + _PROBE):
+            if not self._fill(pos, pos + _SCAN_BYTES) and self._end() <= pos:
                 return None
-            match = _MAGIC_BYTE.search(self.buf, pos - self.base + 16)
-            if match is None:
-                pos = self._end() - 16
-                continue
-            pos = self.base + match.start() - 16
-            if limit is not None and pos >= limit:
+            end = len(self.buf) if limit is None else min(len(self.buf), limit - self.base)
+            found, at = next_candidate(self.buf, pos - self.base, end, self.eof,
+                                       self.max_batch)
+            pos = self.base + at
+            if found:
+                if self._valid_at(pos):
+                    return pos
+                pos += 1
+            elif self.eof and pos >= self._end():
                 return None
-            if self._valid_at(pos):
-                return pos
-            pos += 1
         return None
 
-    def _plausible(self, pos: int, keep: int) -> bool:
-        """Whether `pos` is the end of the stream or a well-formed batch start."""
-        if not self._fill(keep, pos + _PROBE):
-            return self._end() == pos
+    def _valid_at(self, pos: int) -> bool:
+        """Whether the entry at `pos` (its header passed the cheap checks) is whole, ends
+        where a legacy message's value length says, and its CRC matches (the CRC last)."""
         off = pos - self.base
-        length = _PREFIX.unpack_from(self.buf, off)[1]
+        length = _INT32.unpack_from(self.buf, off + 8)[0]
         magic = self.buf[off + 16]
-        if magic > 2 or not _MIN_LENGTH[magic] <= length <= self.max_batch - LOG_OVERHEAD:
+        end = pos + LOG_OVERHEAD + length
+        if magic != 2:
+            key_at = pos + LEGACY_KEY_AT[magic]
+            value_at = key_at + 4 + max(_INT32.unpack_from(self.buf, key_at - self.base)[0], 0)
+            if not self._fill(pos, value_at + 4):
+                return False
+            value_length = _INT32.unpack_from(self.buf, value_at - self.base)[0]
+            if value_length < -1 or value_at + 4 + max(value_length, 0) != end:
+                return False
+        if not self._fill(pos, end):
             return False
-        return self._fill(keep, pos + LOG_OVERHEAD + length)
+        view = memoryview(self.buf)
+        off = pos - self.base
+        stop = end - self.base
+        if magic == 2:
+            return bool(_CRC.unpack_from(view, off + 17)[0] == crc32c(view[off + 21:stop]))
+        return bool(_CRC.unpack_from(view, off + 12)[0] == zlib.crc32(view[off + 16:stop]))
 
     # -- magic 2 ---------------------------------------------------------------------
 
@@ -316,12 +381,18 @@ class _Scanner:
             producer_id, producer_epoch, base_sequence, bool(attributes & 16),
             bool(attributes & 32), count, bool(attributes & 64))
         findings: list[Finding] = []
+        records: list[RawRecord] = []
         if actual_crc != crc:
             findings.append(Finding.of(
-                "crc_mismatch", f"batch CRC-32C is {actual_crc}, the header says {crc}",
-                position, base_offset, buf[off:end], self.raw_cap))
-        records: list[RawRecord] = []
-        if count == 0:  # Kafka does not look at the payload of an empty batch
+                "crc_mismatch", f"batch CRC-32C is {actual_crc}, the header says {crc}: "
+                f"{_its_records(count, base_offset, last_offset)} not read (Kafka refuses a "
+                f"corrupt batch)", position, base_offset, buf[off:end], self.raw_cap))
+        elif count > self.max_records:
+            findings.append(Finding.of(
+                "too_many_records", f"batch declares {count} records, more than the limit of "
+                f"{self.max_records}: not read", position, base_offset, buf[off:end],
+                self.raw_cap))
+        elif count == 0:  # Kafka does not look at the payload of an empty batch
             pass
         elif codec == 0:
             records, error = parse_records(buf, off + V2_HEADER_SIZE, end, count, base_offset,
@@ -351,3 +422,10 @@ class _Scanner:
         if attributes & 8 and records:
             records = [record._replace(timestamp=max_timestamp) for record in records]
         return Batch(header, records, findings)
+
+
+def _its_records(count: int, first: int, last: int) -> str:
+    """What a refused batch held, as its header says."""
+    if count == 1:
+        return f"its record (offset {first}) is"
+    return f"its {count} records (offsets {first} to {last}) are"

@@ -8,6 +8,8 @@ Each entry becomes one batch: a plain message is a batch of one record; a compre
 magic 0; for magic 1 they are relative and the wrapper carries the offset of the last inner
 message, as in Kafka's `AbstractLegacyRecordBatch`. There are no producer ids, sequences,
 leader epochs or headers in these formats (-1 / empty); magic 0 has no timestamps (-1).
+As for v2 batches, a message whose CRC-32 does not match is refused (no records), and so
+is a wrapper holding more inner messages than the record limit.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def _sized(buf: bytes, pos: int, end: int, what: str) -> tuple[bytes | None, int
 
 
 def parse_legacy(buf: bytes, off: int, position: int, size: int, *, max_inflated_bytes: int,
-                 raw_cap: int) -> Batch:
+                 max_records: int, raw_cap: int) -> Batch:
     """Parse the legacy entry of `size` bytes at `buf[off:]`, found at stream `position`."""
     end = off + size
     findings: list[Finding] = []
@@ -85,12 +87,13 @@ def parse_legacy(buf: bytes, off: int, position: int, size: int, *, max_inflated
         return Batch(header, [], [finding])
     codec = wrapper.attributes & 7
     timestamp_type = _timestamp_type(wrapper.magic, wrapper.attributes)
+    records: list[RawRecord] = []
     if not wrapper.crc_valid:
         findings.append(Finding.of(
-            "crc_mismatch", f"legacy message CRC-32 does not match the stored {wrapper.crc}",
-            position, wrapper.offset, buf[off:end], raw_cap))
-    records: list[RawRecord] = []
-    if codec == 0:
+            "crc_mismatch", f"legacy message CRC-32 does not match the stored {wrapper.crc}: "
+            f"its records are not read (Kafka refuses a corrupt message)", position,
+            wrapper.offset, buf[off:end], raw_cap))
+    elif codec == 0:
         records.append(RawRecord(wrapper.offset, wrapper.timestamp, -1, wrapper.key,
                                  wrapper.value, ()))
     elif codec >= _LEGACY_CODECS:
@@ -107,8 +110,8 @@ def parse_legacy(buf: bytes, off: int, position: int, size: int, *, max_inflated
             findings.append(Finding.of(exc.kind, str(exc), position, wrapper.offset,
                                        wrapper.value, raw_cap))
         else:
-            records = _inner_records(inner, wrapper, timestamp_type, position, raw_cap,
-                                     findings)
+            records = _inner_records(inner, wrapper, timestamp_type, position, max_records,
+                                     raw_cap, findings)
     base_offset = records[0].offset if records else wrapper.offset
     header = BatchHeader(
         position, base_offset, wrapper.offset, size, -1, wrapper.magic, wrapper.crc,
@@ -135,13 +138,22 @@ def _header(position: int, size: int, entry: tuple[int, int, int, int, int],
 
 
 def _inner_records(data: bytes, wrapper: _Message, timestamp_type: str, position: int,
-                   raw_cap: int, findings: list[Finding]) -> list[RawRecord]:
-    """The inner messages of a compressed wrapper, with absolute offsets."""
+                   max_records: int, raw_cap: int, findings: list[Finding]) -> list[RawRecord]:
+    """The inner messages of a compressed wrapper, with absolute offsets (those whose CRC
+    does not match are refused; more than `max_records` of them refuse the wrapper)."""
     minimum = MIN_MESSAGE_SIZE[wrapper.magic]
     messages: list[_Message] = []
+    parsed = 0
+    last_relative = 0  # the offset field of the last inner message, refused or not
     pos = 0
     end = len(data)
     while pos < end:
+        if parsed == max_records:
+            findings.append(Finding.of(
+                "too_many_records", f"compressed wrapper at offset {wrapper.offset} holds "
+                f"more than the limit of {max_records} messages: not read", position,
+                wrapper.offset, data[:pos], raw_cap))
+            return []
         try:
             if end - pos < 12:
                 raise _Malformed(f"{end - pos} bytes cannot hold an entry")
@@ -156,16 +168,20 @@ def _inner_records(data: bytes, wrapper: _Message, timestamp_type: str, position
                 raise _Malformed("inner messages must not be compressed")
         except _Malformed as exc:
             findings.append(Finding.of(
-                "bad_record", f"inner message {len(messages)} of the compressed wrapper at "
+                "bad_record", f"inner message {parsed} of the compressed wrapper at "
                 f"offset {wrapper.offset}: {exc}", position, wrapper.offset, data[pos:],
                 raw_cap))
             break
-        if not message.crc_valid:
+        parsed += 1
+        last_relative = message.offset
+        if message.crc_valid:
+            messages.append(message)
+        else:
             findings.append(Finding.of(
-                "crc_mismatch", f"inner message {len(messages)} (offset field "
-                f"{message.offset}) has a bad CRC-32", position, wrapper.offset,
+                "crc_mismatch", f"inner message at byte {pos} (offset field "
+                f"{message.offset}) of the compressed wrapper at offset {wrapper.offset} has "
+                f"a bad CRC-32: not read", position, wrapper.offset,
                 data[pos:pos + 12 + size], raw_cap))
-        messages.append(message)
         pos += 12 + size
     if not messages:
         if not findings:
@@ -174,7 +190,7 @@ def _inner_records(data: bytes, wrapper: _Message, timestamp_type: str, position
         return []
     absolute_base = -1
     if wrapper.magic == 1:
-        absolute_base = wrapper.offset - messages[-1].offset
+        absolute_base = wrapper.offset - last_relative
     append_time = timestamp_type == LOG_APPEND_TIME
     return [RawRecord(m.offset + absolute_base if absolute_base >= 0 else m.offset,
                       wrapper.timestamp if append_time else m.timestamp, -1, m.key, m.value,

@@ -1,20 +1,30 @@
-"""Find log segments from command-line style arguments.
+"""Find log segments from command-line style arguments, and read them.
 
 An argument may be a segment file (`*.log`, or `*.log.gz` read through gzip, positions then
 counting in the uncompressed stream), a partition directory (`<topic>-<partition>`, its
 `<20-digit base offset>.log[.gz]` segments in base-offset order), or a `log.dirs` root
 (every partition directory of the internal topics under it).
+
+`read_segment` is how every reader gets a segment's batches: a path that is not a regular
+file (a FIFO, a device, a directory, a symlink loop) or cannot be opened is one
+`unreadable_segment` finding, never a hang; the bytes read are bounded by the file's size
+and by Kafka's largest segment (see `streams`), and every finding names its segment.
 """
 
 from __future__ import annotations
 
-import gzip
+import io
 import os
 import re
-from collections.abc import Collection, Iterable
+import stat
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, cast
+
+from sharestate.log.batch import Batch, Finding
+from sharestate.log.framing import DEFAULT_LIMITS, ReadLimits, read_batches
+from sharestate.log.streams import FileStream, GzipStream
 
 INTERNAL_TOPICS = ("__share_group_state", "__consumer_offsets")
 
@@ -37,13 +47,63 @@ class Segment:
     gzipped: bool
 
     def open(self) -> BinaryIO:
-        """The segment's bytes as a binary stream (decompressed when gzipped)."""
+        """The segment's bytes as a binary stream (inflated when gzipped, bounded as
+        `streams` says). Raises `SourceError` when the path cannot be opened or is not a
+        regular file; opening never waits (a FIFO without a writer is refused at once)."""
         try:
-            if self.gzipped:
-                return cast(BinaryIO, gzip.open(self.path, "rb"))
-            return self.path.open("rb")
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError as exc:
             raise SourceError(f"cannot read {self.path}: {exc.strerror or exc}") from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise SourceError(f"{self.path}: not a regular file "
+                                  f"({_file_type(info.st_mode)})")
+            os.set_blocking(fd, True)
+            raw = io.FileIO(fd, "rb")
+        except BaseException:
+            os.close(fd)
+            raise
+        if self.gzipped:
+            return cast(BinaryIO, GzipStream(raw))
+        return cast(BinaryIO, FileStream(raw, info.st_size))
+
+
+def _file_type(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a file"
+
+
+def read_segment(segment: Segment, *, start: int = 0, end: int | None = None,
+                 limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Batch | Finding]:
+    """Every batch and finding of `segment` (of its split [start, end) when given, see
+    `read_batches`), each finding naming the segment as its `source`. A segment that
+    cannot be opened is one `unreadable_segment` finding (in its first split)."""
+    source = str(segment.path)
+    try:
+        stream = segment.open()
+    except SourceError as exc:
+        if start == 0:
+            yield Finding("unreadable_segment", str(exc), 0, None, b"", 0, source)
+        return
+    with stream:
+        yield from read_batches(stream, start_position=start, end_position=end,
+                                max_batch_bytes=limits.max_batch_bytes,
+                                max_inflated_bytes=limits.max_inflated_bytes,
+                                max_batch_records=limits.max_batch_records,
+                                max_raw_bytes=limits.max_raw_bytes, source=source)
+
+
+def _resolved(path: Path) -> Path:
+    """`path` resolved, or made absolute where it cannot be (a symlink loop)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return path.absolute()
 
 
 def segment_of(path: Path) -> Segment:
@@ -53,7 +113,7 @@ def segment_of(path: Path) -> Segment:
     if not (gzipped or name.endswith(".log")):
         raise SourceError(f"{path}: not a log segment (expected *.log or *.log.gz)")
     named = _SEGMENT_FILE.fullmatch(name)
-    parent = _PARTITION_DIR.fullmatch(path.resolve().parent.name)
+    parent = _PARTITION_DIR.fullmatch(_resolved(path).parent.name)
     return Segment(path, parent["topic"] if parent else None,
                    int(parent["partition"]) if parent else None,
                    int(named["base"]) if named else None, gzipped)
@@ -67,8 +127,10 @@ def _listing(directory: Path) -> list[Path]:
 
 
 def _partition_segments(directory: Path) -> list[Segment]:
+    """Every entry named like a segment: one that is not a readable file is a finding
+    when it is read, not skipped."""
     segments = [segment_of(entry) for entry in _listing(directory)
-                if _SEGMENT_FILE.fullmatch(entry.name) and entry.is_file()]
+                if _SEGMENT_FILE.fullmatch(entry.name)]
     return sorted(segments, key=lambda s: (s.base_offset or 0, s.gzipped))
 
 
@@ -99,13 +161,17 @@ def discover(sources: Iterable[str | os.PathLike[str]], *,
 
     Raises `SourceError` for a path that does not exist or cannot be read, a file that is
     not a segment, or a directory that is neither a partition directory nor a root holding
-    partition directories of `topics`.
+    partition directories of `topics`. A segment-named symlink that leads nowhere (dangling,
+    a loop) is a segment whose reading is one finding, as inside a partition directory.
     """
     found: list[Segment] = []
     for source in sources:
         path = Path(source)
         if not path.exists():
-            raise SourceError(f"{path}: no such file or directory")
+            if not os.path.lexists(path):
+                raise SourceError(f"{path}: no such file or directory")
+            found.append(segment_of(path))
+            continue
         if not os.access(path, os.R_OK):
             raise SourceError(f"{path}: permission denied")
         if path.is_dir():
@@ -115,7 +181,7 @@ def discover(sources: Iterable[str | os.PathLike[str]], *,
     seen: set[Path] = set()
     unique: list[Segment] = []
     for segment in found:
-        key = segment.path.resolve()
+        key = _resolved(segment.path)
         if key not in seen:
             seen.add(key)
             unique.append(segment)

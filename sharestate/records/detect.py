@@ -6,8 +6,10 @@ read off a header. We decode a sample of its data records under every candidate
 (topic, dialect) and keep the candidate under which the fewest records fail to decode,
 counting records of an unknown type only as a tie-breaker (Kafka itself skips those as
 left-overs, so they are weak evidence); remaining ties go to `__share_group_state`, then
-to the newest dialect. The choice and its evidence are
-returned so callers can report them: nothing is guessed silently.
+to the newest dialect. When no sampled record decodes under any candidate (or there is no
+record to sample) and the caller did not pin the topic, the topic is unknown (None): a
+segment is never taken for one topic by default. The choice and its evidence are returned
+so callers can report them: nothing is guessed silently.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ SAMPLE_RECORDS = 256
 
 @dataclass(frozen=True)
 class Detection:
-    """The chosen topic and dialect, with the failure count of every candidate."""
+    """The chosen topic (None: no record tells it) and dialect, with the failure count of
+    every candidate."""
 
-    topic: str
+    topic: str | None
     dialect: str
     sampled: int
     failures: dict[tuple[str, str], tuple[int, int]]
@@ -34,6 +37,9 @@ class Detection:
     def describe(self) -> str:
         if self.forced:
             return f"{self.topic}, dialect {self.dialect} (as requested)"
+        if self.topic is None:
+            return (f"topic unknown: none of the {self.sampled} records sampled decodes as "
+                    f"{' or '.join(TOPICS)} (--topic reads it as one)")
         scores = ", ".join(f"{d}: {bad} + {unknown} of unknown type"
                            for (t, d), (bad, unknown) in sorted(self.failures.items())
                            if t == self.topic)
@@ -60,5 +66,7 @@ def detect(sample: Iterable[tuple[bytes | None, bytes | None]], *, topic: str | 
             failures[(candidate_topic, name)] = (len(errors) - unknown, unknown)
     newest_first = {name: rank for rank, name in enumerate(dialect_names())}
     best = min(failures, key=lambda c: (failures[c], TOPICS.index(c[0]), newest_first[c[1]]))
-    return Detection(topic=best[0], dialect=best[1], sampled=len(records), failures=failures,
+    readable = len(records) - sum(failures[best])
+    return Detection(topic=best[0] if topic or readable else None, dialect=best[1],
+                     sampled=len(records), failures=failures,
                      forced=bool(topic and dialect_name))

@@ -1,28 +1,38 @@
 """Decode whole segments: batches from `sharestate.log`, keys/values from the catalog.
 
-`decode_segment` streams one segment and yields a `DecodedRecord` per record, in log
-order, plus one per framing finding (garbage, truncation, ...) so nothing is dropped.
-The segment's topic and dialect are detected from a sample of its own records unless the
-caller pins them; the `Detection` is available before the first record is yielded.
+This is the one place that says what a segment's findings are, for every command and the
+pipeline: each framing finding of `read_segment` (garbage, truncation, an unreadable file),
+each batch's own findings (a refused batch, a payload that does not inflate), and one per
+record that does not decode (`record_finding`). A segment whose topic no record tells is
+one `unknown_topic` finding and is not read further (`segment_batches`).
+
+`decode_segment` streams one segment and yields a `DecodedRecord` per record and per
+finding that is not a record's, in log order, so nothing is dropped. The segment's topic
+and dialect are detected from a sample of its own records unless the caller pins them; the
+`Detection` is available before the first record is yielded.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import accumulate, islice
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from sharestate.log import (
+    DEFAULT_LIMITS,
     Batch,
     BatchHeader,
     ControlRecord,
     Finding,
     RawRecord,
+    ReadLimits,
     Segment,
     parse_control,
-    read_batches,
+    read_segment,
 )
 from sharestate.records.catalog import dialect
 from sharestate.records.detect import SAMPLE_RECORDS, Detection, detect
@@ -32,40 +42,47 @@ from sharestate.records.render import to_json
 
 @dataclass(frozen=True, slots=True)
 class DecodedRecord:
-    """One line of output: a decoded record, a control record, or a finding."""
+    """One line of output: a decoded record, a control record, or a finding; `finding` is
+    set on exactly the lines that are findings (a record that did not decode is one)."""
 
-    topic: str
+    topic: str | None
     partition: int | None
     offset: int | None
     timestamp: int | None
     batch: BatchHeader | None
     kv: KeyValue | None
     control: ControlRecord | None
-    error: RecordError | None
+    finding: Finding | None
     position: int | None
     raw_key: bytes | None
     raw_value: bytes | None
 
     @property
     def ok(self) -> bool:
-        return self.error is None
+        return self.finding is None
+
+    @property
+    def error(self) -> RecordError | None:
+        return None if self.finding is None else RecordError(self.finding.kind,
+                                                             self.finding.message)
 
 
-def _sample(segment: Segment) -> Iterator[tuple[bytes | None, bytes | None]]:
-    with segment.open() as stream:
-        for item in read_batches(stream):
-            if isinstance(item, Batch) and not item.header.is_control:
-                for record in item.records:
-                    yield record.key, record.value
+def _sample(segment: Segment, limits: ReadLimits) -> Iterator[tuple[bytes | None,
+                                                                    bytes | None]]:
+    for item in read_segment(segment, limits=limits):
+        if isinstance(item, Batch) and not item.header.is_control:
+            for record in item.records:
+                yield record.key, record.value
 
 
 def detect_segment(segment: Segment, *, dialect_name: str | None = None,
-                   topic: str | None = None) -> Detection:
+                   topic: str | None = None, limits: ReadLimits = DEFAULT_LIMITS
+                   ) -> Detection:
     """Detect (or confirm) the topic and dialect of one segment."""
     pinned_topic = topic or segment.topic
     if pinned_topic and dialect_name:
         return Detection(pinned_topic, dialect_name, 0, {}, forced=True)
-    return detect(islice(_sample(segment), SAMPLE_RECORDS), topic=pinned_topic,
+    return detect(islice(_sample(segment, limits), SAMPLE_RECORDS), topic=pinned_topic,
                   dialect_name=dialect_name)
 
 
@@ -74,17 +91,58 @@ Decoded = KeyValue | ControlRecord | Finding
 a control record's `ControlRecord`, or a `Finding` when a control record is malformed."""
 
 
+def segment_batches(segment: Segment, detection: Detection, *, start: int = 0,
+                    end: int | None = None, limits: ReadLimits = DEFAULT_LIMITS
+                    ) -> Iterator[Batch | Finding]:
+    """`read_segment` for a segment detected as `detection`: when its topic is unknown, the
+    segment (unless empty or unreadable) is one `unknown_topic` finding instead."""
+    items = read_segment(segment, start=start, end=end, limits=limits)
+    return items if detection.topic is not None else _unknown_topic(segment, detection, items,
+                                                                     start)
+
+
+def _unknown_topic(segment: Segment, detection: Detection, items: Iterator[Batch | Finding],
+                   start: int) -> Iterator[Finding]:
+    for item in items:
+        if isinstance(item, Finding) and item.kind == "unreadable_segment":
+            yield item
+        elif start == 0:
+            yield Finding("unknown_topic", f"{detection.describe()}: the segment is not read",
+                          0, None, b"", 0, str(segment.path))
+        return
+
+
+def record_finding(header: BatchHeader, record: RawRecord, decoded: Decoded,
+                   source: str | None) -> Finding | None:
+    """The finding of one record that did not decode (None when it did): its error, the
+    batch's position, the record's offset and its bytes (the value, else the key)."""
+    if isinstance(decoded, ControlRecord):
+        return None
+    if isinstance(decoded, Finding):
+        return decoded if decoded.source == source else dataclasses.replace(decoded,
+                                                                             source=source)
+    error = decoded.error
+    if error is None:
+        return None
+    raw = record.value if record.value is not None else record.key
+    return Finding.of(error.kind, error.message, header.position, record.offset, raw or b"",
+                      source=source)
+
+
 class DecodedBatch(NamedTuple):
     """A batch with every record decoded: `decoded[i]` belongs to `records[i]`.
 
     Data records decode to a `KeyValue` (its `error` says why one failed), control
     records to a `ControlRecord`, or to a `Finding` when the control record is malformed.
+    `findings` are the batch's own (from the log layer), `failed` the `record_finding` of
+    each record that did not decode, in log order.
     """
 
     header: BatchHeader
     records: list[RawRecord]
     decoded: list[Decoded]
     findings: list[Finding]
+    failed: tuple[Finding, ...] = ()
 
 
 class QuietRun(NamedTuple):
@@ -104,6 +162,8 @@ class QuietRun(NamedTuple):
             yield DecodedBatch(header, self.records[start:end], self.decoded[start:end], [])
             start = end
 
+
+_ERROR = itemgetter(5)  # KeyValue.error
 
 LogItem = DecodedBatch | QuietRun | Finding
 """What a replay reads, in log order: a log's batches, some gathered into runs."""
@@ -132,7 +192,8 @@ def quiet_runs(items: Iterator[DecodedBatch | Finding]) -> Iterator[LogItem]:
 
     for item in items:
         if isinstance(item, DecodedBatch) and item.records and not item.findings \
-                and not item.header.is_transactional and not item.header.is_control:
+                and not item.failed and not item.header.is_transactional \
+                and not item.header.is_control:
             batches.append(item)
             records.extend(item.records)
             decoded.extend(item.decoded)
@@ -146,62 +207,65 @@ def quiet_runs(items: Iterator[DecodedBatch | Finding]) -> Iterator[LogItem]:
         yield run()
 
 
-def decode_batches(segment: Segment, detection: Detection) -> Iterator[DecodedBatch | Finding]:
+def decode_batches(segment: Segment, detection: Detection, *,
+                   limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[DecodedBatch | Finding]:
     """Stream `segment` batch by batch under `detection`'s topic and dialect."""
+    topic = detection.topic
     schemas = dialect(detection.dialect)
-    with segment.open() as stream:
-        for item in read_batches(stream):
-            if isinstance(item, Finding):
-                yield item
-                continue
-            decoded: list[Decoded]
-            if item.header.is_control:
-                decoded = [parse_control(record, item.header) for record in item.records]
-            else:
-                decoded = list(decode_key_values(schemas, detection.topic, item.records))
-            yield DecodedBatch(item.header, item.records, decoded, item.findings)
+    source = str(segment.path)
+    for item in segment_batches(segment, detection, limits=limits):
+        if isinstance(item, Finding):
+            yield item
+            continue
+        assert topic is not None
+        header, records = item.header, item.records
+        decoded: list[Decoded]
+        if header.is_control:
+            decoded = [parse_control(record, header) for record in records]
+            bad = any(isinstance(d, Finding) for d in decoded)
+        else:
+            values = decode_key_values(schemas, topic, records)
+            bad = any(map(_ERROR, values))  # at C speed: most batches have no error
+            decoded = list(values)
+        failed = tuple(f for r, d in zip(records, decoded, strict=True)
+                       if (f := record_finding(header, r, d, source)) is not None) \
+            if bad else ()
+        yield DecodedBatch(header, records, decoded, item.findings, failed)
 
 
-def decode_segment(segment: Segment, detection: Detection) -> Iterator[DecodedRecord]:
+def decode_segment(segment: Segment, detection: Detection, *,
+                   limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[DecodedRecord]:
     """Stream `segment` as one `DecodedRecord` per record or finding, in log order."""
     topic = detection.topic
     partition = segment.partition
-    for item in decode_batches(segment, detection):
+    for item in decode_batches(segment, detection, limits=limits):
         if isinstance(item, Finding):
             yield _finding_record(topic, partition, item, None)
             continue
         header = item.header
-        batch_error = _batch_error(item.findings)
+        failures = iter(item.failed)  # one per record that did not decode, in order
         for record, decoded in zip(item.records, item.decoded, strict=True):
             if isinstance(decoded, Finding):
-                yield _finding_record(topic, partition, decoded, header, record.offset,
-                                      record.timestamp)
+                yield _finding_record(topic, partition, next(failures), header,
+                                      record.offset, record.timestamp)
             elif isinstance(decoded, ControlRecord):
                 yield DecodedRecord(topic, partition, record.offset, record.timestamp, header,
-                                    None, decoded, batch_error, header.position, record.key,
+                                    None, decoded, None, header.position, record.key,
                                     record.value)
             else:
+                failed = None if decoded.error is None else next(failures)
                 yield DecodedRecord(topic, partition, record.offset, record.timestamp, header,
-                                    decoded, None, decoded.error or batch_error,
-                                    header.position, record.key, record.value)
-        for finding in item.findings:
-            if finding.kind != "crc_mismatch":
-                yield _finding_record(topic, partition, finding, header)
+                                    decoded, None, failed, header.position, record.key,
+                                    record.value)
+        for finding in item.findings:  # the batch's own, after the records it still gave
+            yield _finding_record(topic, partition, finding, header)
 
 
-def _batch_error(findings: list[Finding]) -> RecordError | None:
-    for finding in findings:
-        if finding.kind == "crc_mismatch":
-            return RecordError(finding.kind, finding.message)
-    return None
-
-
-def _finding_record(topic: str, partition: int | None, finding: Finding,
+def _finding_record(topic: str | None, partition: int | None, finding: Finding,
                     header: BatchHeader | None, offset: int | None = None,
                     timestamp: int | None = None) -> DecodedRecord:
     return DecodedRecord(topic, partition, finding.offset if offset is None else offset,
-                         timestamp, header, None, None,
-                         RecordError(finding.kind, finding.message), finding.position,
+                         timestamp, header, None, None, finding, finding.position,
                          finding.raw, None)
 
 
@@ -218,13 +282,13 @@ def record_json(record: DecodedRecord) -> dict[str, Any]:
             layout = kind.value_layout(kv.value_version)
             value = to_json(layout, kv.value) if layout else None
     error: dict[str, Any] | None = None
-    if record.error is not None:
-        error = {"kind": record.error.kind, "message": record.error.message}
+    if record.finding is not None:
+        error = {"kind": record.finding.kind, "message": record.finding.message}
         if record.position is not None:
             error["position"] = record.position
         if kv is None and record.raw_key is not None and record.control is None:
             error["raw"] = base64.b64encode(record.raw_key).decode("ascii")
-        elif kv is not None and kv.error is not None:
+        elif kv is not None:
             error["raw_key"] = _b64(record.raw_key)
             error["raw_value"] = _b64(record.raw_value)
     return {
@@ -242,6 +306,22 @@ def record_json(record: DecodedRecord) -> dict[str, Any]:
         "control": ({"type": record.control.type, "coordinator_epoch":
                      record.control.coordinator_epoch} if record.control else None),
         "error": error,
+    }
+
+
+def finding_json(finding: Finding, topic: str | None, partition: int | None
+                 ) -> dict[str, Any]:
+    """The JSON-lines shape of a finding, the same for every command (`--findings`)."""
+    return {
+        "source": finding.source,
+        "topic": topic,
+        "partition": partition,
+        "offset": finding.offset,
+        "position": finding.position,
+        "kind": finding.kind,
+        "message": finding.message,
+        "raw": base64.b64encode(finding.raw).decode("ascii"),
+        "raw_length": finding.raw_length,
     }
 
 

@@ -11,7 +11,6 @@ from sharestate.log import ControlRecord, Finding
 from sharestate.records.catalog import dialect
 from sharestate.records.segment import DecodedBatch
 from sharestate.replay.logs import END, AsOf, LogSource
-from sharestate.replay.share_log import LogFinding
 
 
 @dataclass
@@ -23,7 +22,8 @@ class GroupLogResult:
     last_applied_offset: int | None = None
     last_applied_timestamp: int | None = None
     records: int = 0
-    findings: list[LogFinding] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    """Every finding of the log read (up to the stop point), as `ShareLogResult`'s."""
 
 
 def replay_group_log(log: LogSource, *, as_of: AsOf = END,
@@ -41,12 +41,13 @@ def replay_group_log(log: LogSource, *, as_of: AsOf = END,
                                                  item.records[0].timestamp)):
             observe(item)
         if isinstance(item, Finding):
-            result.findings.append(LogFinding(item.offset, item.position, item.kind,
-                                              item.message))
+            result.findings.append(item)
             continue
         header = item.header
-        result.findings.extend(LogFinding(f.offset, f.position, f.kind, f.message)
-                               for f in item.findings)
+        if item.records and as_of.passed(item.records[0].offset, item.records[0].timestamp):
+            return result
+        result.findings.extend(item.findings)
+        result.findings.extend(item.failed)
         for record, decoded in zip(item.records, item.decoded, strict=True):
             if as_of.passed(record.offset, record.timestamp):
                 return result
@@ -54,15 +55,9 @@ def replay_group_log(log: LogSource, *, as_of: AsOf = END,
                 if decoded.type in ("COMMIT", "ABORT"):
                     coordinator.end_transaction(header.producer_id, decoded.type == "COMMIT",
                                                 record.offset)
-            elif isinstance(decoded, Finding):
-                result.findings.append(LogFinding(record.offset, header.position, decoded.kind,
-                                                  decoded.message))
-            elif not coordinator.replay(record.offset, header.producer_id, decoded,
-                                        record.timestamp):
-                error = decoded.error
-                result.findings.append(LogFinding(
-                    record.offset, header.position, error.kind if error else "undecoded",
-                    error.message if error else "record without a key"))
+            elif not isinstance(decoded, Finding):  # a bad one is in `item.failed`
+                coordinator.replay(record.offset, header.producer_id, decoded,
+                                   record.timestamp)
             result.records += 1
             result.last_applied_offset = record.offset
             result.last_applied_timestamp = record.timestamp

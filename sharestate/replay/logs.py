@@ -3,7 +3,8 @@
 A source argument may hold many segments of many partitions (a `log.dirs` root). Replay
 works per topic-partition, so segments are grouped by (topic, partition) and ordered by
 base offset. A segment whose path does not name its partition (a loose file) is a log of its
-own. Each segment's topic and dialect are detected from its records (or pinned by the caller).
+own. Each segment's topic and dialect are detected from its records (or pinned by the caller);
+a segment whose topic cannot be told belongs to no log and is a finding of its own.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
-from sharestate.log import Finding, Segment
+from sharestate.log import DEFAULT_LIMITS, Finding, ReadLimits, Segment
 from sharestate.records.detect import Detection
 from sharestate.records.segment import (
     DecodedBatch,
@@ -21,6 +22,7 @@ from sharestate.records.segment import (
     decode_batches,
     detect_segment,
     quiet_runs,
+    segment_batches,
 )
 
 
@@ -90,6 +92,7 @@ class PartitionLog:
     partition: int | None
     segments: list[Segment] = field(default_factory=list)
     detections: list[Detection] = field(default_factory=list)
+    limits: ReadLimits = DEFAULT_LIMITS
 
     @property
     def name(self) -> str:
@@ -104,23 +107,31 @@ class PartitionLog:
     def batches(self) -> Iterator[DecodedBatch | Finding]:
         """Every batch (or framing finding) of every segment, in log order."""
         for segment, detection in zip(self.segments, self.detections, strict=True):
-            yield from decode_batches(segment, detection)
+            yield from decode_batches(segment, detection, limits=self.limits)
 
     def items(self) -> Iterator[LogItem]:
         return quiet_runs(self.batches())
 
 
 def partition_logs(segments: list[Segment], *, dialect: str | None = None,
-                   topic: str | None = None) -> list[PartitionLog]:
-    """Group `segments` into partition logs; detect each segment's topic and dialect."""
+                   topic: str | None = None, limits: ReadLimits = DEFAULT_LIMITS
+                   ) -> tuple[list[PartitionLog], list[Finding]]:
+    """Group `segments` into partition logs; detect each segment's topic and dialect. Also
+    the findings of the segments whose topic is unknown (they belong to no log)."""
     logs: dict[tuple[str, object], PartitionLog] = {}
+    unknown: list[Finding] = []
     for segment in segments:
-        detection = detect_segment(segment, dialect_name=dialect, topic=topic)
+        detection = detect_segment(segment, dialect_name=dialect, topic=topic, limits=limits)
+        if detection.topic is None:
+            unknown.extend(item for item in segment_batches(segment, detection, limits=limits)
+                           if isinstance(item, Finding))
+            continue
         ident: object = segment.partition if segment.partition is not None else segment.path
         log = logs.get((detection.topic, ident))
         if log is None:
             log = logs[(detection.topic, ident)] = PartitionLog(detection.topic,
-                                                                segment.partition)
+                                                                segment.partition,
+                                                                limits=limits)
         log.segments.append(segment)
         log.detections.append(detection)
     for log in logs.values():
@@ -129,4 +140,4 @@ def partition_logs(segments: list[Segment], *, dialect: str | None = None,
         log.segments = [log.segments[i] for i in order]
         log.detections = [log.detections[i] for i in order]
     return sorted(logs.values(), key=lambda lg: (lg.topic, lg.partition is None,
-                                                 lg.partition or 0, lg.name))
+                                                 lg.partition or 0, lg.name)), unknown

@@ -51,16 +51,6 @@ Observer = Callable[[LogItem], None]
 batch whose first record is past the stop point is not read."""
 
 
-@dataclass(frozen=True, slots=True)
-class LogFinding:
-    """A record or byte range of the log that could not be applied, and why."""
-
-    offset: int | None
-    position: int | None
-    kind: str
-    message: str
-
-
 class PruneLedger:
     """Records and bytes of the batches wholly below the (only rising) prune point.
 
@@ -115,7 +105,9 @@ class ShareLogResult:
     bytes: int = 0
     reclaimable_records: int = 0
     reclaimable_bytes: int = 0
-    findings: list[LogFinding] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    """Every finding of the log read (up to the stop point): `read_segment`'s, each batch's
+    own and its records' (see `sharestate.records.segment`)."""
     ledger: PruneLedger = field(default_factory=PruneLedger, repr=False, compare=False)
 
 
@@ -183,7 +175,7 @@ class ShareReplay:
         bounded = not as_of.unbounded
         collect = self.collect_history
         observe = self.observe
-        applier = _Applier(shard, findings, history)
+        applier = _Applier(shard, history)
         # A quiet run goes to C in one call when nothing can stop the replay inside it.
         quiet = apply is not None and not bounded
         for item in self.log.items() if quiet else self.log.batches():
@@ -195,22 +187,18 @@ class ShareReplay:
             if isinstance(item, Finding):
                 if observe is not None:
                     observe(item)
-                findings.append(LogFinding(item.offset, item.position, item.kind,
-                                           item.message))
+                findings.append(item)
                 continue
             header = item.header
             records = item.records
-            if not records:
-                if observe is not None:
-                    observe(item)
-                continue
-            if bounded and as_of.passed(records[0].offset, records[0].timestamp):
+            if records and bounded and as_of.passed(records[0].offset, records[0].timestamp):
                 break
             if observe is not None:
                 observe(item)
-            if item.findings:
-                findings.extend(LogFinding(f.offset, f.position, f.kind, f.message)
-                                for f in item.findings)
+            findings.extend(item.findings)
+            findings.extend(item.failed)
+            if not records:  # a refused batch (its finding says why), or an empty one
+                continue
             if result.log_start_offset is None:
                 result.log_start_offset = header.base_offset
             entries: list[HistoryEntry] = []
@@ -280,12 +268,10 @@ _LAST_OFFSET = attrgetter("last_offset")
 class _Applier:
     """Applies the records of one batch to the shard (the Python path)."""
 
-    __slots__ = ("entries", "findings", "header", "history", "lasts", "run", "shard")
+    __slots__ = ("entries", "header", "history", "lasts", "run", "shard")
 
-    def __init__(self, shard: ShareShard, findings: list[LogFinding],
-                 history: History | None) -> None:
+    def __init__(self, shard: ShareShard, history: History | None) -> None:
         self.shard = shard
-        self.findings = findings
         self.history = history
         self.header: BatchHeader | None = None
         """The batch being applied (set before each batch)."""
@@ -319,21 +305,17 @@ class _Applier:
         return applied, False, *_where(last)
 
     def apply(self, record: RawRecord, decoded: Decoded) -> None:
-        """Apply one record: a control marker, a finding, or a share-state record."""
+        """Apply one record: a control marker or a share-state record. A record that did
+        not decode is skipped: its finding came with its batch (`DecodedBatch.failed`)."""
         offset = record.offset
         header = self.header
         assert header is not None
         if isinstance(decoded, ControlRecord):
             if decoded.type in ("COMMIT", "ABORT"):
                 self.shard.end_transaction(header.producer_id, decoded.type == "COMMIT", offset)
-        elif isinstance(decoded, Finding):
-            self.findings.append(LogFinding(offset, header.position, decoded.kind,
-                                            decoded.message))
-        elif decoded.error is not None or decoded.kind is None or decoded.key is None:
-            error = decoded.error
-            self.findings.append(LogFinding(offset, header.position,
-                                            error.kind if error else "undecoded",
-                                            error.message if error else "no key"))
+        elif isinstance(decoded, Finding) or decoded.error is not None \
+                or decoded.kind is None or decoded.key is None:
+            return
         else:
             kind = decoded.kind
             key = share_key(decoded.key, kind.key_layout())

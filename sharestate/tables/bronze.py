@@ -4,8 +4,11 @@
 segment and yields record batches in the *staging* schema — the `log_records` columns plus
 `row_kind` and the finding columns (`finding_kind`, `finding_message`, `raw`,
 `raw_length`). Record rows carry a finding too when they did not decode (their `raw` is the
-value, or the key when there is no value); framing findings (garbage, truncation, ...) are
-rows of their own. The ingest job writes the record rows to `log_records` and every finding
+value, or the key when there is no value); framing findings (garbage, truncation, an
+unreadable file, ...) and each batch's own findings (a refused batch, a payload that does
+not inflate) are rows of their own: the findings `sharestate.records.segment` defines, read
+through the same `segment_batches`. A segment whose topic is unknown is one finding row
+with topic `unknown`. The ingest job writes the record rows to `log_records` and every finding
 to `decode_errors`, so nothing is dropped. Columns are built in bulk, not row by row.
 Each batch comes with the decodings of its record rows (`Staged`), so the silver rows of
 the same records need no second decode.
@@ -21,21 +24,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sharestate.log import (
+    DEFAULT_LIMITS,
     Batch,
     ControlRecord,
     Finding,
     RawRecord,
+    ReadLimits,
     Segment,
     parse_control,
-    read_batches,
 )
 from sharestate.records.catalog import dialect
 from sharestate.records.detect import SAMPLE_RECORDS, Detection, detect
 from sharestate.records.keyvalue import KeyValue, decode_key_values
-from sharestate.records.segment import detect_segment
+from sharestate.records.segment import detect_segment, segment_batches
 from sharestate.tables.columns import int_columns, transpose
 from sharestate.tables.spec import table
 
+UNKNOWN_TOPIC = "unknown"
+"""The topic of the finding row of a segment whose topic neither its path nor its records
+tell."""
 ROWS_PER_BATCH = 8_192
 """Staging rows per batch: small enough that a batch's records are still in cache when
 its columns are built (a third faster than 65,536); files get larger row groups."""
@@ -112,12 +119,10 @@ class _Chunk:
         return len(self.records) + len(self.extra)
 
     def add_batch(self, batch: Batch, decoded: list[Any]) -> None:
-        """Every record of `batch` and its findings."""
-        self.add_records(batch.records, decoded, batch.header,
-                         next((f for f in batch.findings if f.kind == "crc_mismatch"), None))
+        """Every record of `batch` and its own findings."""
+        self.add_records(batch.records, decoded, batch.header)
         for finding in batch.findings:
-            if finding.kind != "crc_mismatch":
-                self.add_finding(finding, batch.header)
+            self.add_finding(finding, batch.header)
 
     def add_clean(self, batches: list[Batch], records: list[Any],
                   decoded: list[KeyValue]) -> None:
@@ -131,7 +136,6 @@ class _Chunk:
         self._add_decoded(records, decoded)
 
     def add_records(self, records: list[Any], decoded: list[Any], header: Any,
-                    crc: Finding | None = None,
                     timestamp_types: list[Any] | None = None) -> None:
         """Rows for `records` of one batch (`header` None: no batch seen, a consumer's)."""
         first = len(self.records)
@@ -156,9 +160,6 @@ class _Chunk:
                     self.controls[first + j] = (item.type, item.coordinator_epoch)
                 elif isinstance(item, Finding):
                     self.row_findings[first + j] = (item.kind, item.message, item.raw)
-        if crc is not None:
-            for j in range(first, first + n):
-                self.row_findings.setdefault(j, (crc.kind, crc.message, None))
 
     def _add_decoded(self, records: list[Any], decoded: list[KeyValue]) -> None:
         """Data records and their decodings (batch index and headers already added)."""
@@ -251,14 +252,16 @@ class _Chunk:
 
 
 def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
-               rows_per_batch: int = ROWS_PER_BATCH) -> Iterator[Staged]:
+               rows_per_batch: int = ROWS_PER_BATCH, limits: ReadLimits = DEFAULT_LIMITS
+               ) -> Iterator[Staged]:
     """Stream one split as staging record batches (see the module docstring)."""
     segment = split.segment
     if detection is None:
-        detection = detect_segment(segment)
+        detection = detect_segment(segment, limits=limits)
+    topic = detection.topic or UNKNOWN_TOPIC
     schemas = dialect(detection.dialect)
-    names = _record_names(detection.dialect, detection.topic)
-    constant = {"source": split.source, "topic": detection.topic,
+    names = _record_names(detection.dialect, topic)
+    constant = {"source": split.source, "topic": topic,
                 "partition": -1 if segment.partition is None else segment.partition,
                 "segment": segment.base_offset or 0, "dialect": detection.dialect,
                 "ingest_run": run_id}
@@ -267,33 +270,33 @@ def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
     records: list[RawRecord] = []
 
     def add_clean() -> None:
-        chunk.add_clean(clean, records, decode_key_values(schemas, detection.topic, records))
+        chunk.add_clean(clean, records, decode_key_values(schemas, topic, records))
         clean.clear()
         records.clear()
 
     staged = 0  # rows in `chunk` (the clean records are not in it yet)
-    with segment.open() as stream:
-        for item in read_batches(stream, start_position=split.start, end_position=split.end):
-            if not (isinstance(item, Finding) or item.header.is_control or item.findings):
-                clean.append(item)
-                records.extend(item.records)
+    for item in segment_batches(segment, detection, start=split.start, end=split.end,
+                                limits=limits):
+        if not (isinstance(item, Finding) or item.header.is_control or item.findings):
+            clean.append(item)
+            records.extend(item.records)
+        else:
+            if clean:
+                add_clean()
+            if isinstance(item, Finding):
+                chunk.add_finding(item)
             else:
-                if clean:
-                    add_clean()
-                if isinstance(item, Finding):
-                    chunk.add_finding(item)
-                else:
-                    chunk.add_batch(item, (
-                        [parse_control(r, item.header) for r in item.records]
-                        if item.header.is_control
-                        else decode_key_values(schemas, detection.topic, item.records)))
-                staged = chunk.size
-            if staged + len(records) >= rows_per_batch:
-                if clean:
-                    add_clean()
-                yield chunk.staged(constant)
-                chunk = _Chunk(names)
-                staged = 0
+                chunk.add_batch(item, (
+                    [parse_control(r, item.header) for r in item.records]
+                    if item.header.is_control
+                    else decode_key_values(schemas, topic, item.records)))
+            staged = chunk.size
+        if staged + len(records) >= rows_per_batch:
+            if clean:
+                add_clean()
+            yield chunk.staged(constant)
+            chunk = _Chunk(names)
+            staged = 0
     if clean:
         add_clean()
     if chunk.size:
@@ -343,7 +346,7 @@ def consumer_rows(raw: Iterator[pa.RecordBatch], run_id: str, source: str,
                     dialect_name=dialect_name)
             chunk = _Chunk(_record_names(detection.dialect, topic))
             chunk.add_records(records, decode_key_values(dialect(detection.dialect), topic,
-                                                         records), None, None,
+                                                         records), None,
                               [columns["timestamp_type"][j] for j in range(start, i)])
             segments = [chunk_of(o) for o in columns["offset"][start:i]]
             yield chunk.staged({"source": source, "topic": topic, "partition": partition,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sharestate.log import segment_of
+from sharestate.log import DEFAULT_LIMITS, ReadLimits, segment_of
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.records.keyvalue import KeyValue
 from sharestate.runtime import quiet_gc
@@ -43,15 +43,15 @@ def bronze_tables(staging: Iterable[bronze.Staged], silver: bool = False) -> Ite
                 names=_DECODE_ERRORS)
 
 
-def ingest_splits(splits: Iterator[pa.RecordBatch], run_id: str,
-                  silver: bool = False) -> Iterator[Rows]:
+def ingest_splits(splits: Iterator[pa.RecordBatch], run_id: str, silver: bool = False,
+                  limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Rows]:
     """Read each split (rows: path, start, end) of a segment into the bronze tables (and
     with `silver` the silver tables)."""
     quiet_gc()
     for batch in splits:
         for row in batch.to_pylist():
             split = bronze.Split(segment_of(Path(row["path"])), row["start"], row["end"])
-            yield from bronze_tables(bronze.read_split(split, run_id), silver)
+            yield from bronze_tables(bronze.read_split(split, run_id, limits=limits), silver)
 
 
 def ingest_consumed(raw: Iterator[pa.RecordBatch], run_id: str, source: str,
