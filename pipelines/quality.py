@@ -6,9 +6,10 @@ one `quality_results` row per check, replaces the `quality_gate` partition of
 `<warehouse>/_docs/quality/` (index.html). `sharestate quality` calls the same code; so
 does `run_all` for the job name `quality`.
 
-Exit status: 0 the gate holds, 1 a check at or above `--fail-on` failed (error: only
-error-severity checks count; warning: warnings too), 2 bad arguments or settings, 3 the gate
-could not run (an unexpected error, traceback on stderr): retry it.
+Exit status (`sharestate.exit_codes`): 0 the gate holds, 1 a check at or above `--fail-on`
+failed (error: only error-severity checks count; warning: warnings too), 2 bad arguments or
+settings, 3 the gate could not run (an unexpected error while it ran, traceback on stderr):
+retry it; 70 an internal error outside the gate (a bug).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
+from sharestate import exit_codes
 from sharestate.quality import ConfigError, GateResult, QualityConfig, load_config, run_gate
 from sharestate.quality.config import SEVERITIES
 from sharestate.quality.records import RULE, audit_rows, result_rows
@@ -31,7 +33,8 @@ if TYPE_CHECKING:
 
     from pipelines.jobs import RunReport, Warehouse
 
-EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_CRASHED = 0, 1, 2, 3
+EXIT_PASSED, EXIT_FAILED = exit_codes.OK, exit_codes.FINDINGS
+EXIT_USAGE, EXIT_CRASHED = exit_codes.USAGE, exit_codes.QUALITY_NOT_RUN
 DOCS = Path("_docs") / "quality"
 """Where the Data Docs go, under the warehouse."""
 RESULTS, AUDIT = "quality_results", "audit_findings"
@@ -39,6 +42,11 @@ RESULTS, AUDIT = "quality_results", "audit_findings"
 
 class QualityArgumentError(Exception):
     """A bad argument or settings file: one line, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise QualityArgumentError(message)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -129,7 +137,7 @@ def run(args: argparse.Namespace, *,
         spark_factory: Callable[..., SparkSession] | None = None) -> int:
     """Run the gate with a session built from `args`; print the summary; exit status."""
     from pipelines.jobs import Warehouse, new_run_id
-    from pipelines.session import build_session
+    from pipelines.session import SettingError, build_session
     from sharestate.lake import find_tables
 
     config = settings(args)
@@ -146,6 +154,9 @@ def run(args: argparse.Namespace, *,
     try:
         spark = (spark_factory or build_session)("sharestate-quality", master=args.master,
                                                  conf=conf, ui=False)
+    except SettingError as exc:
+        raise QualityArgumentError(str(exc)) from None
+    try:
         _report, gate = quality(spark, Warehouse(Path(args.warehouse)), run_id=new_run_id(),
                                 config=config, tables=args.table, docs=not args.no_docs)
     except Exception as exc:  # not a verdict on the data: say so with a distinct status
@@ -159,14 +170,15 @@ def run(args: argparse.Namespace, *,
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point for `spark-submit pipelines/quality.py`."""
-    parser = argparse.ArgumentParser(prog="pipelines/quality.py",
-                                     description="sharestate data-quality gate.")
+    parser = _Parser(prog="pipelines/quality.py", description="sharestate data-quality gate.")
     add_arguments(parser)
     try:
         return run(parser.parse_args(argv))
     except QualityArgumentError as exc:
         print(f"sharestate: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except Exception as exc:  # a bug outside the gate: its own status
+        return exit_codes.internal_error(exc)
 
 
 if __name__ == "__main__":

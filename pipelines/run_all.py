@@ -3,8 +3,11 @@
     spark-submit pipelines/run_all.py --source /var/kafka-logs --warehouse /lake/sharestate
     spark-submit pipelines/ingest.py  --source /var/kafka-logs --warehouse /lake/sharestate
 
-`sharestate run` calls the same code with a local session. Exit status: 0 clean, 1 the run
-completed with findings (decode errors, audit warnings or errors), 2 bad arguments.
+`sharestate run` calls the same code with a local session. Exit status
+(`sharestate.exit_codes`): 0 clean, 1 the run completed with findings (decode errors, audit
+warnings or errors), 2 bad arguments, an unreadable source or a Delta backend that cannot
+run, 70 an internal error (a bug: traceback, then one line). The closing line
+`tables in <warehouse> (run <id>)` is printed only by a run that completed.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from sharestate import exit_codes
 from sharestate.coordinator.shard import KAFKA, SEMANTICS
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
 from sharestate.log import SourceError
@@ -158,7 +162,7 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
         print(f"{report.job:<9} {report.seconds:6.1f}s  {counts or 'nothing new'}"
               + (f"  ({report.findings} findings)" if report.findings else ""))
     print(f"tables in {warehouse.root.resolve()} (run {run_id})")
-    return 1 if any(r.findings for r in reports) else 0
+    return exit_codes.FINDINGS if any(r.findings for r in reports) else exit_codes.OK
 
 
 def main(argv: Sequence[str] | None = None, jobs: Sequence[str] = JOBS) -> int:
@@ -168,7 +172,9 @@ def main(argv: Sequence[str] | None = None, jobs: Sequence[str] = JOBS) -> int:
         return run(args, jobs)
     except (ArgumentError, SourceError) as exc:
         print(f"sharestate: error: {exc}", file=sys.stderr)
-        return 2
+        return exit_codes.USAGE
+    except Exception as exc:  # anything else is a bug: its own status, not "findings"
+        return exit_codes.internal_error(exc)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,9 @@ are on the classpath (`spark.jars`, `spark.jars.packages`, `$SPARK_HOME/jars`, p
 `delta.configure_spark_with_delta_pip`, which makes Spark fetch the jars from Maven at
 start-up — only where Maven is reachable; `"off"` never wires Delta. The lake backend is
 chosen later from the running session (`sharestate.lake.open_lake`), or fixed with the
-`spark.sharestate.lake.backend` setting (`auto`, `rs`, `jvm`).
+`spark.sharestate.lake.backend` setting (`auto`, `rs`, `jvm`); a backend that cannot run
+(an unknown name, `jvm` without Delta's classes) is a `SettingError` as soon as the session
+exists.
 
 Example::
 
@@ -53,7 +55,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from pipelines import class_archive
-from sharestate.lake.select import BACKEND_CONF
+from sharestate.lake.select import BACKEND_CONF, BackendError, open_lake
 
 DeltaMode = Literal["auto", "on", "off", "pip"]
 JitMode = Literal["quick", "full"]
@@ -242,4 +244,9 @@ def build_session(app_name: str | None = None, *, master: str | None = None,
         from delta import configure_spark_with_delta_pip
 
         builder = configure_spark_with_delta_pip(builder)
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    try:  # a backend that cannot run is a bad setting: say so now, before any work
+        open_lake(session)
+    except BackendError as exc:
+        raise SettingError(str(exc)) from None
+    return session

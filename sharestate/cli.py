@@ -1,7 +1,9 @@
 """The `sharestate` command line.
 
-Exit codes: 0 everything decoded/applied cleanly; 1 the run completed but recorded findings;
-2 bad arguments or an unreadable source (one line on stderr).
+Exit statuses (`sharestate.exit_codes`): 0 everything decoded/applied cleanly; 1 the run
+completed but recorded findings; 2 bad arguments, an unreadable source or an environment that
+cannot run (one line on stderr); 3 the quality gate could not run; 70 an internal error (a
+bug: traceback, then one line).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import IO, Any, NoReturn
 
+from sharestate import exit_codes
 from sharestate.coordinator.expiry import DEFAULT_RETENTION_MINUTES, forecast_expiry
 from sharestate.coordinator.shard import KAFKA, SEMANTICS
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
@@ -27,7 +30,7 @@ from sharestate.replay.share_log import LogFinding, ShareLogResult, replay_share
 from sharestate.replay.views import offset_row, prune_row, state_row
 from sharestate.runtime import quiet_gc
 
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = exit_codes.OK, exit_codes.FINDINGS, exit_codes.USAGE
 
 
 class UsageError(Exception):
@@ -352,7 +355,7 @@ def cmd_quality(args: argparse.Namespace) -> int:
 
     Writes quality_results, audit_findings (rule quality_gate) and Data Docs under
     <warehouse>/_docs/quality/. Exit 0 the gate holds, 1 it failed, 2 bad arguments,
-    3 it could not run.
+    3 it could not run, 70 an internal error.
     """
     from pipelines.quality import QualityArgumentError, run
 
@@ -404,10 +407,26 @@ def _add_sources(parser: argparse.ArgumentParser) -> None:
                         help="topic of segments whose path does not name it (default: detect)")
 
 
+def version() -> str:
+    """`sharestate X.Y.Z (C extension|pure Python), Python X.Y.Z`."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    from sharestate import native
+
+    try:
+        release = installed("sharestate")
+    except PackageNotFoundError:
+        release = "(not installed)"
+    kernels = "C extension" if native.module is not None else "pure Python"
+    return f"sharestate {release} ({kernels}), Python {sys.version.split()[0]}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="sharestate",
                      description="Decode, replay and analyse Kafka's share-group state and "
                                  "consumer-offsets logs.")
+    parser.add_argument("--version", action="version", version=version())
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     decode = sub.add_parser("decode", help="decode segments to JSON lines")
     _add_sources(decode)
@@ -463,6 +482,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except BrokenPipeError:
         return EXIT_OK
+    except Exception as exc:  # anything else is a bug: say so, with its own status
+        return exit_codes.internal_error(exc)
 
 
 if __name__ == "__main__":
