@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from sharestate import exit_codes
+from sharestate.locations import location
 from sharestate.quality import ConfigError, GateResult, QualityConfig, load_config, run_gate
 from sharestate.quality.config import SEVERITIES
 from sharestate.quality.records import RULE, audit_rows, result_rows
@@ -51,13 +52,14 @@ class _Parser(argparse.ArgumentParser):
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The gate's arguments (shared by spark-submit and `sharestate quality`)."""
-    p.add_argument("--warehouse", required=True, help="folder holding the Delta tables")
+    p.add_argument("--warehouse", required=True, type=location,
+                   help="folder holding the Delta tables")
     p.add_argument("--fail-on", choices=SEVERITIES, default=None,
                    help="fail on error checks only, or on warnings too "
                         "(default: fail_on of the settings file, else error)")
-    p.add_argument("--config", metavar="FILE",
+    p.add_argument("--config", metavar="FILE", type=location,
                    help="gate settings (default: $SHARESTATE_QUALITY_CONF or conf/quality.toml)")
-    p.add_argument("--acknowledgements", metavar="FILE",
+    p.add_argument("--acknowledgements", metavar="FILE", type=location,
                    help="accepted decode errors (default: the one the settings name)")
     p.add_argument("--delivery-limit", type=int, default=None,
                    help="group.share.delivery.count.limit (default: the settings')")

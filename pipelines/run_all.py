@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, NoReturn
 from sharestate import exit_codes
 from sharestate.coordinator.shard import KAFKA, SEMANTICS
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
+from sharestate.locations import location
 from sharestate.log import SourceError
 from sharestate.replay.logs import AsOf, parse_time
 from sharestate.tables.gold_replay import GoldOptions
@@ -54,10 +55,11 @@ def parser(job: str = "run") -> argparse.ArgumentParser:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add the job arguments to `p` (shared by spark-submit and `sharestate run`)."""
-    p.add_argument("--source", action="append", default=[],
+    p.add_argument("--source", action="append", default=[], type=location,
                    help="segment file, partition directory, log.dirs root, or kafka://host:port "
                         "for a live cluster (repeatable)")
-    p.add_argument("--warehouse", required=True, help="folder holding the Delta tables")
+    p.add_argument("--warehouse", required=True, type=location,
+                   help="folder holding the Delta tables")
     when = p.add_mutually_exclusive_group()
     when.add_argument("--as-of-offset", type=int, metavar="N",
                       help="replay every state-topic partition up to offset N")
@@ -66,7 +68,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--snapshot-update-records", type=int,
                    default=DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT,
                    help="share.coordinator.snapshot.update.records.per.snapshot")
-    p.add_argument("--end-offsets", metavar="FILE",
+    p.add_argument("--end-offsets", metavar="FILE", type=location,
                    help='JSON file of topic end offsets for the lag: '
                         '[{"topic": name-or-id, "partition": p, "end_offset": n}, ...]')
     p.add_argument("--delivery-limit", type=int, default=None,

@@ -20,6 +20,7 @@ from sharestate import exit_codes
 from sharestate.coordinator.expiry import DEFAULT_RETENTION_MINUTES, forecast_expiry
 from sharestate.coordinator.shard import KAFKA, SEMANTICS
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
+from sharestate.locations import location
 from sharestate.log import COMPRESSION_NAMES, SourceError, discover
 from sharestate.persister import SimulationConfig, simulate
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC, dialect_names
@@ -216,7 +217,8 @@ def _add_simulate(sub: Any) -> None:
     defaults = SimulationConfig()
     command = sub.add_parser("simulate", help="write a simulated share-group workload",
                              description=cmd_simulate.__doc__)
-    command.add_argument("--out", required=True, help="log.dirs root to write into")
+    command.add_argument("--out", required=True, type=location,
+                         help="log.dirs root to write into")
     command.add_argument("--records", type=_count, required=True,
                          help="__share_group_state records to write (at least)")
     command.add_argument("--seed", type=int, default=defaults.seed)
@@ -322,10 +324,11 @@ def _cell(value: Any) -> str:
 def _add_sql(sub: Any) -> None:
     command = sub.add_parser("sql", help="query the Delta tables with Spark SQL",
                              description=cmd_sql.__doc__)
-    command.add_argument("--warehouse", required=True, help="folder holding the Delta tables")
+    command.add_argument("--warehouse", required=True, type=location,
+                         help="folder holding the Delta tables")
     command.add_argument("--format", choices=SQL_FORMATS, default="table")
     command.add_argument("--backend", choices=("auto", "rs", "jvm"), default=None)
-    command.add_argument("--output", "-o", help="write here instead of stdout")
+    command.add_argument("--output", "-o", type=location, help="write here instead of stdout")
     command.add_argument("query", help="a Spark SQL statement; tables are views by name")
     command.set_defaults(func=cmd_sql)
 
@@ -342,8 +345,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def _add_demo(sub: Any) -> None:
     command = sub.add_parser("demo", help="simulate a log and run the pipeline on it",
                              description=cmd_demo.__doc__)
-    command.add_argument("--logs", default="demo-data", help="where to write the simulated log")
-    command.add_argument("--warehouse", default="warehouse", help="where to write the tables")
+    command.add_argument("--logs", default="demo-data", type=location,
+                         help="where to write the simulated log")
+    command.add_argument("--warehouse", default="warehouse", type=location,
+                         help="where to write the tables")
     command.add_argument("--records", type=_count, default=200_000,
                          help="__share_group_state records to simulate (default %(default)s)")
     command.add_argument("--seed", type=int, default=7)
@@ -391,8 +396,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _add_report(sub: Any) -> None:
     command = sub.add_parser("report", help="write an HTML report of a warehouse",
                              description=cmd_report.__doc__)
-    command.add_argument("--warehouse", required=True, help="folder holding the Delta tables")
-    command.add_argument("--out", required=True, help="HTML file to write")
+    command.add_argument("--warehouse", required=True, type=location,
+                         help="folder holding the Delta tables")
+    command.add_argument("--out", required=True, type=location, help="HTML file to write")
     command.add_argument("--backend", choices=("auto", "rs", "jvm"), default=None)
     command.set_defaults(func=cmd_report)
 

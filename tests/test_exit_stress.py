@@ -23,7 +23,7 @@ from deltalake import write_deltalake
 
 pytestmark = pytest.mark.slow
 
-RUNS = 80
+RUNS = 120
 PARALLEL = 2
 CHILD = """
 import sys
