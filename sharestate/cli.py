@@ -21,9 +21,10 @@ from sharestate.coordinator.expiry import DEFAULT_RETENTION_MINUTES, forecast_ex
 from sharestate.coordinator.shard import KAFKA, SEMANTICS
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
 from sharestate.locations import location
-from sharestate.log import COMPRESSION_NAMES, SourceError, discover
+from sharestate.log import COMPRESSION_NAMES, Segment, SourceError, discover
 from sharestate.persister import SimulationConfig, simulate
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC, dialect_names
+from sharestate.records.detect import Detection
 from sharestate.records.segment import decode_segment, detect_segment, record_json
 from sharestate.replay.group_log import replay_group_log
 from sharestate.replay.logs import AsOf, PartitionLog, parse_time, partition_logs
@@ -82,7 +83,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
     with _output(args.output) as out:
         for segment in segments:
             detection = detect_segment(segment, dialect_name=args.dialect, topic=args.topic)
-            print(f"{segment.path}: {detection.describe()}", file=sys.stderr)
+            _say_how_read(segment, detection)
             for record in decode_segment(segment, detection):
                 row = record_json(record)
                 findings += row["error"] is not None
@@ -93,6 +94,13 @@ def cmd_decode(args: argparse.Namespace) -> int:
     if findings:
         print(f"{findings} findings", file=sys.stderr)
     return EXIT_FINDINGS if findings else EXIT_OK
+
+
+def _say_how_read(segment: Segment, detection: Detection) -> None:
+    """On stderr: the topic and dialect a segment was read as, and what its path did not say."""
+    if segment.note:
+        print(f"{segment.path}: {segment.note}: partition unknown", file=sys.stderr)
+    print(f"{segment.path}: {detection.describe()}", file=sys.stderr)
 
 
 def _as_of(args: argparse.Namespace) -> AsOf:
@@ -108,7 +116,7 @@ def _logs(args: argparse.Namespace, topic: str) -> list[PartitionLog]:
     logs = partition_logs(discover(args.source), dialect=args.dialect, topic=args.topic)
     for log in logs:
         for segment, detection in zip(log.segments, log.detections, strict=True):
-            print(f"{segment.path}: {detection.describe()}", file=sys.stderr)
+            _say_how_read(segment, detection)
     return [log for log in logs if log.topic == topic]
 
 

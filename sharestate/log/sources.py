@@ -4,6 +4,10 @@ An argument may be a segment file (`*.log`, or `*.log.gz` read through gzip, pos
 counting in the uncompressed stream), a partition directory (`<topic>-<partition>`, its
 `<20-digit base offset>.log[.gz]` segments in base-offset order), or a `log.dirs` root
 (every partition directory of the internal topics under it).
+
+A folder name is trusted only when it names one of the internal topics: a segment in
+`backups-2026-11-23/` is of no known topic or partition (its topic is then detected from its
+records), and `Segment.note` says why.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ class Segment:
     partition: int | None
     base_offset: int | None
     gzipped: bool
+    note: str | None = None
+    """Why the path names no topic-partition, when it looks as if it did."""
 
     def open(self) -> BinaryIO:
         """The segment's bytes as a binary stream (decompressed when gzipped)."""
@@ -46,17 +52,23 @@ class Segment:
             raise SourceError(f"cannot read {self.path}: {exc.strerror or exc}") from None
 
 
-def segment_of(path: Path) -> Segment:
-    """The `Segment` for a file path, with topic/partition from its parent directory."""
+def segment_of(path: Path, topics: Collection[str] = INTERNAL_TOPICS) -> Segment:
+    """The `Segment` for a file path, with topic/partition from its parent directory when
+    that is named `<topic>-<partition>` for one of `topics`."""
     name = path.name
     gzipped = name.endswith(".log.gz")
     if not (gzipped or name.endswith(".log")):
         raise SourceError(f"{path}: not a log segment (expected *.log or *.log.gz)")
     named = _SEGMENT_FILE.fullmatch(name)
-    parent = _PARTITION_DIR.fullmatch(path.resolve().parent.name)
-    return Segment(path, parent["topic"] if parent else None,
-                   int(parent["partition"]) if parent else None,
-                   int(named["base"]) if named else None, gzipped)
+    folder = path.resolve().parent.name
+    parent = _PARTITION_DIR.fullmatch(folder)
+    base = int(named["base"]) if named else None
+    if parent is None:
+        return Segment(path, None, None, base, gzipped)
+    if parent["topic"] not in topics:
+        return Segment(path, None, None, base, gzipped, note=(
+            f"folder {folder!r} is not <topic>-<partition> of {' or '.join(topics)}"))
+    return Segment(path, parent["topic"], int(parent["partition"]), base, gzipped)
 
 
 def _listing(directory: Path) -> list[Path]:
@@ -66,8 +78,8 @@ def _listing(directory: Path) -> list[Path]:
         raise SourceError(f"cannot list {directory}: {exc.strerror or exc}") from None
 
 
-def _partition_segments(directory: Path) -> list[Segment]:
-    segments = [segment_of(entry) for entry in _listing(directory)
+def _partition_segments(directory: Path, topics: Collection[str]) -> list[Segment]:
+    segments = [segment_of(entry, topics) for entry in _listing(directory)
                 if _SEGMENT_FILE.fullmatch(entry.name) and entry.is_file()]
     return sorted(segments, key=lambda s: (s.base_offset or 0, s.gzipped))
 
@@ -86,9 +98,9 @@ def _directory_segments(directory: Path, topics: Collection[str]) -> list[Segmen
     partitions = _partition_dirs(directory, topics)
     if partitions:
         return [segment for partition in partitions
-                for segment in _partition_segments(partition)]
+                for segment in _partition_segments(partition, topics)]
     if _PARTITION_DIR.fullmatch(directory.resolve().name):
-        return _partition_segments(directory)
+        return _partition_segments(directory, topics)
     raise SourceError(f"{directory}: neither a partition directory (<topic>-<partition>) nor "
                       f"a log directory holding partitions of {', '.join(topics)}")
 
@@ -111,7 +123,7 @@ def discover(sources: Iterable[str | os.PathLike[str]], *,
         if path.is_dir():
             found.extend(_directory_segments(path, topics))
         else:
-            found.append(segment_of(path))
+            found.append(segment_of(path, topics))
     seen: set[Path] = set()
     unique: list[Segment] = []
     for segment in found:

@@ -2,8 +2,10 @@
 
 A source argument may hold many segments of many partitions (a `log.dirs` root). Replay
 works per topic-partition, so segments are grouped by (topic, partition) and ordered by
-base offset. A segment whose path does not name its partition (a loose file) is a log of its
-own. Each segment's topic and dialect are detected from its records (or pinned by the caller).
+base offset. Segments whose path names no partition are one log per folder when they bear
+Kafka's segment names (`<20-digit base offset>.log`: consecutive segments of one partition),
+else (loose files) a log each. Each segment's topic and dialect are detected from its records
+(or pinned by the caller).
 """
 
 from __future__ import annotations
@@ -116,7 +118,8 @@ def partition_logs(segments: list[Segment], *, dialect: str | None = None,
     logs: dict[tuple[str, object], PartitionLog] = {}
     for segment in segments:
         detection = detect_segment(segment, dialect_name=dialect, topic=topic)
-        ident: object = segment.partition if segment.partition is not None else segment.path
+        ident: object = segment.partition if segment.partition is not None else (
+            segment.path.resolve().parent if segment.base_offset is not None else segment.path)
         log = logs.get((detection.topic, ident))
         if log is None:
             log = logs[(detection.topic, ident)] = PartitionLog(detection.topic,
