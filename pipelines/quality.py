@@ -131,7 +131,8 @@ def summary(gate: GateResult) -> list[str]:
                  f"{len(gate.results)} checks passed; results in {RESULTS} "
                  f"(run {gate.run_id})")
     if gate.docs_index is not None:
-        lines.append(f"data docs: {gate.docs_index}")
+        lines.append(f"data docs: {gate.docs_index} (their styles and scripts come from "
+                     "public CDNs; offline, `sharestate report` shows every check)")
     return lines
 
 
