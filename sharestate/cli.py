@@ -120,10 +120,22 @@ def _logs(args: argparse.Namespace, topic: str) -> list[PartitionLog]:
     return [log for log in logs if log.topic == topic]
 
 
-def _write_rows(rows: Iterable[dict[str, Any]], output: str | None) -> None:
+def _write_rows(rows: Iterable[dict[str, Any]], output: str | None) -> int:
+    """Write `rows` as JSON lines; how many."""
+    written = 0
     with _output(output) as out:
         for row in rows:
             out.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
+            written += 1
+    return written
+
+
+def _as_of_text(args: argparse.Namespace) -> str:
+    if args.as_of_time is not None:
+        return f"time {args.as_of_time}"
+    if args.as_of_offset is not None:
+        return f"offset {args.as_of_offset}"
+    return "the end of the log"
 
 
 def _report(findings: Sequence[tuple[str, LogFinding]], shard_findings: int) -> int:
@@ -153,9 +165,12 @@ def _replay_share(args: argparse.Namespace) -> tuple[list[ShareLogResult], int]:
 def cmd_state(args: argparse.Namespace) -> int:
     """Every live share-partition's state as of a point, one JSON line each."""
     results, status = _replay_share(args)
-    _write_rows((state_row(result, key) for result in results
-                 for key in sorted(result.shard)
-                 if args.group is None or key.group_id == args.group), args.output)
+    written = _write_rows((state_row(result, key) for result in results
+                           for key in sorted(result.shard)
+                           if args.group is None or key.group_id == args.group), args.output)
+    if not written:
+        group = f" of group {args.group!r}" if args.group is not None else ""
+        print(f"no live share-partitions{group} as of {_as_of_text(args)}", file=sys.stderr)
     return status
 
 
@@ -203,6 +218,16 @@ def _count(value: str) -> int:
     return number
 
 
+def _fraction(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not 0 <= number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 0 and below 1, not {value}")
+    return number
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Simulate share groups driving the share coordinator; write both topics' segments."""
     config = SimulationConfig(
@@ -212,7 +237,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         batch_records=args.batch_records, linger_ms=args.linger_ms,
         snapshot_limit=args.snapshot_limit, cold_interval_ms=args.cold_interval_ms,
         dialect=args.dialect, orphaned_state=args.orphaned_state,
-        stuck_deleting=args.stuck_deleting)
+        stuck_deleting=args.stuck_deleting, poison_rate=args.poison_rate)
     try:
         result = simulate(config, args.out)
     except (ValueError, OSError) as exc:
@@ -250,6 +275,10 @@ def _add_simulate(sub: Any) -> None:
                          help="keep one group's share-partitions of a topic out of its metadata")
     command.add_argument("--stuck-deleting", action="store_true",
                          help="leave one topic in a group's deleting list with its state")
+    command.add_argument("--poison-rate", type=_fraction, default=defaults.poison_rate,
+                         help="fraction of produced records no consumer can process: released "
+                              "on every delivery until archived at the delivery limit "
+                              "(default %(default)s)")
     command.set_defaults(func=cmd_simulate)
 
 

@@ -66,9 +66,11 @@ def test_readme_demo_from_a_fresh_clone(clone: Path) -> None:
     out = done.stdout
     assert "pip install" not in out  # the installed venv was used, not re-made
     warehouse = clone / "warehouse"
-    for title in ("share-partitions:", "lag by group:", "worst redelivery:", "prune plan:",
-                  "audit findings:"):
+    for title in ("share-partitions:", "lag by group:", "worst redelivery:", "poison records:",
+                  "prune plan:", "audit findings:"):
         assert title in out
+    poison = out[out.index("poison records:"):out.index("prune plan:")].split()
+    assert sum(int(word.split("=")[1]) for word in poison if word.startswith("records=")) > 0
     summary = out[out.index("share-partitions:"):].splitlines()[1]
     assert "share_partitions=" in summary and "share_partitions=0 " not in summary
     for line in ("ingest", "replay", "analytics", "quality"):
