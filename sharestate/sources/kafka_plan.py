@@ -13,6 +13,8 @@ offsets, one Spark partition each. A pipeline plans on the driver, passes
 from __future__ import annotations
 
 import json
+import logging
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +34,50 @@ CONSUMER_VISIBILITY = (
 
 class KafkaSourceError(RuntimeError):
     """The cluster could not be read; the message never holds credentials."""
+
+
+class ClusterUnreachable(KafkaSourceError):
+    """No broker answered in time: an environment that cannot run (exit 2)."""
+
+
+def check_reachable(options: KafkaReadOptions, timeout_s: float) -> None:
+    """Raise ClusterUnreachable unless a broker answers a metadata request within
+    `timeout_s` seconds (a bounded check before any work). The client's own log lines are
+    kept out of sight; the last one names the cause (refused, not resolved, ...)."""
+    heard = _Heard()
+    log = logging.getLogger("sharestate.sources.probe")
+    log.propagate = False
+    log.handlers[:] = [heard]
+    try:
+        consumer = Consumer(
+            {**options.client_config("sharestate-probe"),
+             "socket.connection.setup.timeout.ms": max(int(timeout_s * 1000), 1000)},
+            logger=log)
+    except KafkaException as exc:
+        raise KafkaSourceError(options.redact(f"cannot create a Kafka client: {exc}")) from None
+    try:
+        consumer.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else exc
+        consumer.poll(0)  # serves the client's queued log lines to `heard`
+        reason = heard.last or (error.str() if hasattr(error, "str") else str(error))
+        raise ClusterUnreachable(options.redact(
+            f"cannot reach the cluster at {options.bootstrap_servers} within {timeout_s:g} s: "
+            f"{reason}")) from None
+    finally:
+        consumer.close()
+
+
+class _Heard(logging.Handler):
+    """Keeps the client's last error line, without its thread and broker prefix."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.last: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = record.getMessage().rsplit("]: ", 1)[-1]
+        self.last = re.sub(r"\s*\(after \d+ms in state \w+\)$", "", line)
 
 
 @dataclass(frozen=True)
