@@ -28,6 +28,8 @@ from sharestate.tables.gold_replay import GoldOptions
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from pipelines.jobs import AnalyticsInputs
+
 JOBS = ("ingest", "decode", "replay", "analytics")
 QUALITY = "quality"
 """The data-quality gate: not in JOBS; run it as `run(args, (*JOBS, QUALITY))`,
@@ -68,7 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="share.coordinator.snapshot.update.records.per.snapshot")
     p.add_argument("--end-offsets", metavar="FILE",
                    help='JSON file of topic end offsets for the lag: '
-                        '[{"topic": name-or-id, "partition": p, "end_offset": n}, ...]')
+                        '[{"topic": name-or-id, "partition": p, "end_offset": n}, ...] '
+                        '(default with a kafka:// source: the cluster\'s, read at the start)')
     p.add_argument("--delivery-limit", type=arguments.count, default=None,
                    help="group.share.delivery.count.limit, for poison ranges")
     p.add_argument("--retention-minutes", type=arguments.retention_minutes,
@@ -104,6 +107,36 @@ def _end_offsets(path: str | None) -> dict[tuple[str, int], int] | None:
         return arguments.read_end_offsets(path)
     except arguments.EndOffsetsError as exc:
         raise ArgumentError(str(exc)) from None
+
+
+def _analytics_inputs(args: argparse.Namespace, jobs: Sequence[str],
+                      kafka_options: dict[str, str]) -> AnalyticsInputs:
+    """End offsets for the lag: the file's, else a live source's cluster's (read now, as
+    Kafka's own share-group describe reads them), else none (the lag is a lower bound)."""
+    from pipelines import jobs as pipeline
+
+    live = [source for source in args.source or ()
+            if source.startswith(pipeline.KAFKA_SCHEME)] if "analytics" in jobs else []
+    if args.end_offsets is not None or not live:
+        return pipeline.AnalyticsInputs(end_offsets=_end_offsets(args.end_offsets),
+                                        delivery_limit=args.delivery_limit)
+    from sharestate.analytics.lag import LIVE
+    from sharestate.sources import (
+        KafkaOptionError,
+        KafkaSourceError,
+        fetch_topic_ends,
+        parse_options,
+    )
+
+    ends: dict[tuple[str, int], int] = {}
+    for uri in live:
+        try:
+            ends |= fetch_topic_ends(parse_options(
+                pipeline.kafka_source_options(uri, kafka_options)))
+        except (KafkaSourceError, KafkaOptionError) as exc:
+            raise ArgumentError(str(exc)) from None
+    return pipeline.AnalyticsInputs(end_offsets=ends, end_offset_source=LIVE,
+                                    delivery_limit=args.delivery_limit)
 
 
 def options(args: argparse.Namespace) -> GoldOptions:
@@ -145,8 +178,6 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
     if args.run_id is not None and not args.run_id.strip():
         raise ArgumentError("--run-id cannot be empty")
     gold = options(args)
-    inputs = pipeline.AnalyticsInputs(end_offsets=_end_offsets(args.end_offsets),
-                                      delivery_limit=args.delivery_limit)
     try:
         conf = arguments.key_values(args.conf, "--conf")
         kafka_options = arguments.key_values(args.kafka_option, "--kafka-option")
@@ -163,6 +194,7 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
         raise ArgumentError(str(exc)) from None
     if "ingest" in jobs:
         _check_clusters(args.source, kafka_options, args.connect_timeout)
+    inputs = _analytics_inputs(args, jobs, kafka_options)
     warehouse = pipeline.Warehouse(Path(args.warehouse))
     run_id = args.run_id or pipeline.new_run_id()
     reports = []

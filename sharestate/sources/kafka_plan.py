@@ -21,7 +21,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from sharestate.sources.kafka_options import KafkaOptionError, KafkaReadOptions
+from sharestate.sources.kafka_options import FORCED, KafkaOptionError, KafkaReadOptions
 
 EARLIEST = -2
 LATEST = -1
@@ -192,6 +192,51 @@ def fetch_watermarks(options: KafkaReadOptions) -> dict[tuple[str, int], tuple[i
     except KafkaException as exc:
         raise KafkaSourceError(options.redact(
             f"cannot read watermarks from {options.bootstrap_servers}: {exc}")) from None
+    finally:
+        consumer.close()
+
+
+def fetch_topic_ends(options: KafkaReadOptions) -> dict[tuple[str, int], int]:
+    """End offset (high watermark: the next offset to be produced, as Kafka's share-group
+    lag takes it) of every partition of every user topic of the cluster, keyed by (name,
+    partition) and by (topic id, partition); the internal topics (`__*`) are left out."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    consumer_only = {"group.id", "isolation.level", *FORCED}
+    try:
+        # read_uncommitted: the high watermark, not a read_committed reader's stable offset
+        consumer = Consumer({**options.client_config("sharestate-planner"),
+                             "isolation.level": "read_uncommitted"})
+        admin = AdminClient({key: value for key, value in
+                             options.client_config("sharestate-planner").items()
+                             if key not in consumer_only})
+    except KafkaException as exc:
+        raise KafkaSourceError(options.redact(f"cannot create a Kafka client: {exc}")) from None
+    timeout = options.timeout_ms / 1000
+    try:
+        topics = {name: metadata for name, metadata in
+                  consumer.list_topics(timeout=timeout).topics.items()
+                  if not name.startswith("__") and metadata.error is None}
+        ids: dict[str, str] = {}
+        if topics:
+            described = admin.describe_topics(TopicCollection(sorted(topics)),
+                                              request_timeout=timeout)
+            # The client prints ids in standard base64; Kafka's records use URL-safe.
+            ids = {name: str(future.result().topic_id).replace("+", "-").replace("/", "_")
+                   for name, future in described.items()}
+        ends = {}
+        for name, metadata in topics.items():
+            for partition in sorted(metadata.partitions):
+                _, high = consumer.get_watermark_offsets(
+                    TopicPartition(name, partition), timeout=timeout, cached=False)
+                ends[(name, partition)] = high
+                if name in ids:
+                    ends[(ids[name], partition)] = high
+        return ends
+    except KafkaException as exc:
+        raise KafkaSourceError(options.redact(
+            f"cannot read end offsets from {options.bootstrap_servers}: {exc}")) from None
     finally:
         consumer.close()
 
