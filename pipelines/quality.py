@@ -19,10 +19,12 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from sharestate import exit_codes
+from sharestate import arguments, exit_codes
+from sharestate.lake.lease import WarehouseBusy, warehouse_lease
 from sharestate.locations import location
 from sharestate.quality import ConfigError, GateResult, QualityConfig, load_config, run_gate
 from sharestate.quality.config import SEVERITIES
@@ -61,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="gate settings (default: $SHARESTATE_QUALITY_CONF or conf/quality.toml)")
     p.add_argument("--acknowledgements", metavar="FILE", type=location,
                    help="accepted decode errors (default: the one the settings name)")
-    p.add_argument("--delivery-limit", type=int, default=None,
+    p.add_argument("--delivery-limit", type=arguments.count, default=None,
                    help="group.share.delivery.count.limit (default: the settings')")
     p.add_argument("--table", action="append", default=None, metavar="NAME",
                    help="validate only this gold table's suites (repeatable)")
@@ -71,6 +73,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master", help="Spark master (default: the session's, local[2] here)")
     p.add_argument("--backend", choices=("auto", "rs", "jvm"), default=None,
                    help="Delta backend (default: spark.sharestate.lake.backend, else auto)")
+    p.add_argument("--lease-wait", type=arguments.seconds, default=0.0, metavar="SECONDS",
+                   help="wait this long for the warehouse lease another writer holds "
+                        "(default: fail at once, exit 2)")
 
 
 def settings(args: argparse.Namespace) -> QualityConfig:
@@ -140,9 +145,15 @@ def run(args: argparse.Namespace, *,
         spark_factory: Callable[..., SparkSession] | None = None) -> int:
     """Run the gate with a session built from `args`; print the summary; exit status."""
     from pipelines.jobs import Warehouse, new_run_id
-    from pipelines.session import SettingError, build_session
+    from pipelines.session import SettingError, build_session, resolve_conf
     from sharestate.lake import find_tables
 
+    try:
+        conf = arguments.key_values(args.conf, "--conf")
+    except ValueError as exc:
+        raise QualityArgumentError(str(exc)) from None
+    for warning in arguments.secret_warnings(conf, "--conf"):
+        print(warning, file=sys.stderr)
     config = settings(args)
     known = sorted({suite.table for suite in suites(config)})
     unknown = sorted(set(args.table or ()) - set(known))
@@ -151,21 +162,28 @@ def run(args: argparse.Namespace, *,
                                    f"(tables with suites: {', '.join(known)})")
     if not find_tables(args.warehouse):
         raise QualityArgumentError(f"no Delta tables under {args.warehouse}")
-    conf = dict(item.split("=", 1) for item in args.conf if "=" in item)
     if args.backend:
         conf["spark.sharestate.lake.backend"] = args.backend
     try:
-        spark = (spark_factory or build_session)("sharestate-quality", master=args.master,
-                                                 conf=conf, ui=False)
+        resolve_conf(conf, master=args.master)  # bad settings: refused before any work
     except SettingError as exc:
         raise QualityArgumentError(str(exc)) from None
-    try:
-        _report, gate = quality(spark, Warehouse(Path(args.warehouse)), run_id=new_run_id(),
-                                config=config, tables=args.table, docs=not args.no_docs)
-    except Exception as exc:  # not a verdict on the data: say so with a distinct status
-        traceback.print_exc()
-        print(f"sharestate: error: the quality gate could not run: {exc}", file=sys.stderr)
-        return EXIT_CRASHED
+    run_id = new_run_id()
+    with ExitStack() as held:
+        try:
+            held.enter_context(warehouse_lease(args.warehouse, run=run_id, what="quality gate",
+                                               wait=args.lease_wait))
+            spark = (spark_factory or build_session)("sharestate-quality",
+                                                     master=args.master, conf=conf, ui=False)
+        except (WarehouseBusy, SettingError) as exc:
+            raise QualityArgumentError(str(exc)) from None
+        try:
+            _report, gate = quality(spark, Warehouse(Path(args.warehouse)), run_id=run_id,
+                                    config=config, tables=args.table, docs=not args.no_docs)
+        except Exception as exc:  # not a verdict on the data: say so with a distinct status
+            traceback.print_exc()
+            print(f"sharestate: error: the quality gate could not run: {exc}", file=sys.stderr)
+            return EXIT_CRASHED
     for line in summary(gate):
         print(line)
     return EXIT_PASSED if gate.passed else EXIT_FAILED

@@ -97,6 +97,35 @@ QUICK_JIT = "-XX:TieredStopAtLevel=1"
 _CONF_LINE = re.compile(r"^([^\s=]+)\s*(?:=\s*|\s+)(.*)$")
 
 
+_MASTER = re.compile(r"local(\[(?P<threads>[0-9]+|\*)(,\s*[0-9]+)?\])?"
+                     r"|local-cluster\[[0-9]+,\s*[0-9]+,\s*[0-9]+\]|yarn|(spark|k8s)://\S+")
+_BYTES = re.compile(r"[0-9]+([kmgtp]b?|b)?", re.IGNORECASE)
+MEMORY_SETTINGS = ("spark.driver.memory", "spark.executor.memory", "spark.driver.memoryOverhead",
+                   "spark.executor.memoryOverhead", "spark.executor.pyspark.memory",
+                   "spark.driver.maxResultSize")
+COUNT_SETTINGS = ("spark.sql.shuffle.partitions", "spark.default.parallelism",
+                  "spark.driver.cores", "spark.executor.cores", "spark.task.cpus",
+                  "spark.task.maxFailures")
+
+
+def check_settings(settings: Mapping[str, str]) -> None:
+    """Refuse values Spark would fail on later, with a stack, or ignore: the master, memory
+    sizes (`512m`, `2g`), counts that must be positive."""
+    master = settings.get("spark.master", "")
+    match = _MASTER.fullmatch(master)
+    if match is None or match.group("threads") == "0":
+        raise SettingError(f"spark.master {master!r} is not a Spark master (local, local[N], "
+                           f"local[*], spark://host:port, yarn, k8s://...)")
+    for key in MEMORY_SETTINGS:
+        value = settings.get(key)
+        if value is not None and not _BYTES.fullmatch(value.strip()):
+            raise SettingError(f"{key} must be a size such as 512m or 2g, not {value!r}")
+    for key in COUNT_SETTINGS:
+        value = settings.get(key)
+        if value is not None and not (value.strip().isdigit() and int(value) >= 1):
+            raise SettingError(f"{key} must be a positive integer, not {value!r}")
+
+
 def read_conf_file(path: Path) -> dict[str, str]:
     """Parse a `spark-defaults.conf`-style file: `key value` lines, `#` comments."""
     settings: dict[str, str] = {}
@@ -144,6 +173,7 @@ def resolve_conf(conf: Mapping[str, str] | None = None, *,
     if not ui:
         explicit.update(NO_UI)
     settings = {**DEFAULTS, **from_file, **explicit}
+    check_settings(settings)
     if settings.get(JIT_SETTING, "full") not in ("quick", "full"):
         raise SettingError(f"{JIT_SETTING} must be quick or full, not {settings[JIT_SETTING]!r}")
     if settings["spark.master"].startswith("local"):

@@ -50,7 +50,10 @@ END = AsOf()
 def parse_time(text: str) -> int:
     """ISO 8601 (`2026-11-21T10:00:00Z`, offset or naive = UTC) or epoch ms -> epoch ms."""
     if text.lstrip("-").isdigit():
-        return int(text)
+        millis = int(text)
+        if not -(2**63) <= millis < 2**63:
+            raise ValueError(f"epoch milliseconds out of range (64-bit): {text}")
+        return millis
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
