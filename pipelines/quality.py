@@ -171,10 +171,10 @@ def run(args: argparse.Namespace, *,
     run_id = new_run_id()
     with ExitStack() as held:
         try:
-            held.enter_context(warehouse_lease(args.warehouse, run=run_id, what="quality gate",
-                                               wait=args.lease_wait))
             spark = (spark_factory or build_session)("sharestate-quality",
                                                      master=args.master, conf=conf, ui=False)
+            held.enter_context(warehouse_lease(args.warehouse, run=run_id, what="quality gate",
+                                               wait=args.lease_wait))
         except (WarehouseBusy, SettingError) as exc:
             raise QualityArgumentError(str(exc)) from None
         try:

@@ -205,11 +205,13 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
     reports = []
     with ExitStack() as held:
         try:
+            # the session first: a backend that cannot run is refused before the lease
+            # creates anything in the warehouse
+            spark = (spark_factory or build_session)("sharestate", master=args.master,
+                                                     conf=conf, quick_jit=True)
             held.enter_context(warehouse_lease(
                 warehouse.root, run=run_id, wait=args.lease_wait,
                 what=f"job{'s' if len(jobs) > 1 else ''} {', '.join(jobs)}"))
-            spark = (spark_factory or build_session)("sharestate", master=args.master,
-                                                     conf=conf, quick_jit=True)
         except (WarehouseBusy, SettingError) as exc:
             raise ArgumentError(str(exc)) from None
         # ingest followed by decode is one pass: ingest writes the silver tables as well

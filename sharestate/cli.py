@@ -16,6 +16,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
+from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from sharestate import arguments, exit_codes
@@ -169,8 +170,10 @@ def _write_rows(rows: Iterable[dict[str, Any]], output: str | None) -> int:
 
 
 def _as_of_text(args: argparse.Namespace) -> str:
-    if args.as_of_time is not None:
-        return f"time {args.as_of_time}"
+    if args.as_of_time is not None:  # epoch ms: said back the way ISO 8601 writes it
+        moment = datetime.fromtimestamp(args.as_of_time / 1000, UTC)
+        text = moment.isoformat(timespec="milliseconds" if args.as_of_time % 1000 else "seconds")
+        return f"time {text.replace('+00:00', 'Z')}"
     if args.as_of_offset is not None:
         return f"offset {args.as_of_offset}"
     return "the end of the log"
