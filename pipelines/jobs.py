@@ -212,9 +212,7 @@ def _kafka_raw(spark: SparkSession, lake: Lake, warehouse: Warehouse, uri: str, 
     from sharestate.sources import parse_options, plan_read
     from sharestate.sources.kafka_plan import KafkaPlan
 
-    options = {"bootstrap.servers": uri[len(KAFKA_SCHEME):],
-               "topics": f"{SHARE_STATE_TOPIC},{CONSUMER_OFFSETS_TOPIC}",
-               **{f"kafka.{k}": v for k, v in extra.items()}}
+    options = kafka_source_options(uri, extra)
     plan = plan_read(parse_options(options))
     covered = {} if full else _covered_offsets(lake, warehouse, uri)
     plan = KafkaPlan(plan.options, tuple(
@@ -223,6 +221,13 @@ def _kafka_raw(spark: SparkSession, lake: Lake, warehouse: Warehouse, uri: str, 
     register(spark)
     raw = spark.read.format(NAME).options(**options).options(**plan.offsets_options()).load()
     return raw, str(plan.metadata()["visibility"])
+
+
+def kafka_source_options(uri: str, extra: dict[str, str]) -> dict[str, str]:
+    """The live source's reader options for `kafka://host:port` and client settings."""
+    return {"bootstrap.servers": uri[len(KAFKA_SCHEME):],
+            "topics": f"{SHARE_STATE_TOPIC},{CONSUMER_OFFSETS_TOPIC}",
+            **{f"kafka.{k}": v for k, v in extra.items()}}
 
 
 def _covered_offsets(lake: Lake, warehouse: Warehouse, source: str

@@ -31,7 +31,9 @@ are on the classpath (`spark.jars`, `spark.jars.packages`, `$SPARK_HOME/jars`, p
 `delta.configure_spark_with_delta_pip`, which makes Spark fetch the jars from Maven at
 start-up — only where Maven is reachable; `"off"` never wires Delta. The lake backend is
 chosen later from the running session (`sharestate.lake.open_lake`), or fixed with the
-`spark.sharestate.lake.backend` setting (`auto`, `rs`, `jvm`).
+`spark.sharestate.lake.backend` setting (`auto`, `rs`, `jvm`); a backend that cannot run
+(an unknown name, `jvm` without Delta's classes) is a `SettingError` as soon as the session
+exists.
 
 Example::
 
@@ -53,7 +55,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from pipelines import class_archive
-from sharestate.lake.select import BACKEND_CONF
+from sharestate.lake.select import BACKEND_CONF, BackendError, open_lake
 
 DeltaMode = Literal["auto", "on", "off", "pip"]
 JitMode = Literal["quick", "full"]
@@ -93,6 +95,35 @@ JIT_SETTING = "spark.sharestate.driverJit"
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
 
 _CONF_LINE = re.compile(r"^([^\s=]+)\s*(?:=\s*|\s+)(.*)$")
+
+
+_MASTER = re.compile(r"local(\[(?P<threads>[0-9]+|\*)(,\s*[0-9]+)?\])?"
+                     r"|local-cluster\[[0-9]+,\s*[0-9]+,\s*[0-9]+\]|yarn|(spark|k8s)://\S+")
+_BYTES = re.compile(r"[0-9]+([kmgtp]b?|b)?", re.IGNORECASE)
+MEMORY_SETTINGS = ("spark.driver.memory", "spark.executor.memory", "spark.driver.memoryOverhead",
+                   "spark.executor.memoryOverhead", "spark.executor.pyspark.memory",
+                   "spark.driver.maxResultSize")
+COUNT_SETTINGS = ("spark.sql.shuffle.partitions", "spark.default.parallelism",
+                  "spark.driver.cores", "spark.executor.cores", "spark.task.cpus",
+                  "spark.task.maxFailures")
+
+
+def check_settings(settings: Mapping[str, str]) -> None:
+    """Refuse values Spark would fail on later, with a stack, or ignore: the master, memory
+    sizes (`512m`, `2g`), counts that must be positive."""
+    master = settings.get("spark.master", "")
+    match = _MASTER.fullmatch(master)
+    if match is None or match.group("threads") == "0":
+        raise SettingError(f"spark.master {master!r} is not a Spark master (local, local[N], "
+                           f"local[*], spark://host:port, yarn, k8s://...)")
+    for key in MEMORY_SETTINGS:
+        value = settings.get(key)
+        if value is not None and not _BYTES.fullmatch(value.strip()):
+            raise SettingError(f"{key} must be a size such as 512m or 2g, not {value!r}")
+    for key in COUNT_SETTINGS:
+        value = settings.get(key)
+        if value is not None and not (value.strip().isdigit() and int(value) >= 1):
+            raise SettingError(f"{key} must be a positive integer, not {value!r}")
 
 
 def read_conf_file(path: Path) -> dict[str, str]:
@@ -142,6 +173,7 @@ def resolve_conf(conf: Mapping[str, str] | None = None, *,
     if not ui:
         explicit.update(NO_UI)
     settings = {**DEFAULTS, **from_file, **explicit}
+    check_settings(settings)
     if settings.get(JIT_SETTING, "full") not in ("quick", "full"):
         raise SettingError(f"{JIT_SETTING} must be quick or full, not {settings[JIT_SETTING]!r}")
     if settings["spark.master"].startswith("local"):
@@ -242,4 +274,9 @@ def build_session(app_name: str | None = None, *, master: str | None = None,
         from delta import configure_spark_with_delta_pip
 
         builder = configure_spark_with_delta_pip(builder)
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    try:  # a backend that cannot run is a bad setting: say so now, before any work
+        open_lake(session)
+    except BackendError as exc:
+        raise SettingError(str(exc)) from None
+    return session

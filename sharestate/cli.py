@@ -1,7 +1,10 @@
 """The `sharestate` command line.
 
-Exit codes: 0 everything decoded/applied cleanly; 1 the run completed but recorded findings;
-2 bad arguments or an unreadable source (one line on stderr).
+Exit statuses (`sharestate.exit_codes`): 0 everything decoded/applied cleanly; 1 the run
+completed but recorded findings; 2 bad arguments, an unreadable source or an environment that
+cannot run (one line on stderr); 3 the quality gate could not run; 4 a `sql`
+query was refused or failed (one line with Spark's error class); 70 an internal error (a
+bug: traceback, then one line).
 """
 
 from __future__ import annotations
@@ -9,36 +12,50 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from typing import IO, Any, NoReturn
+from contextlib import ExitStack, contextmanager, suppress
+from datetime import UTC, datetime
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
+from sharestate import arguments, exit_codes
 from sharestate.coordinator.expiry import DEFAULT_RETENTION_MINUTES, forecast_expiry
 from sharestate.coordinator.shard import KAFKA, SEMANTICS
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
+from sharestate.locations import location
 from sharestate.log import (
     COMPRESSION_NAMES,
     DEFAULT_MAX_BATCH_RECORDS,
     Finding,
     ReadLimits,
+    Segment,
     SourceError,
     discover,
 )
 from sharestate.persister import SimulationConfig, simulate
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC, dialect_names
+from sharestate.records.detect import Detection
 from sharestate.records.segment import decode_segment, detect_segment, finding_json, record_json
 from sharestate.replay.group_log import replay_group_log
-from sharestate.replay.logs import AsOf, PartitionLog, parse_time, partition_logs
+from sharestate.replay.logs import AsOf, PartitionLog, partition_logs
 from sharestate.replay.share_log import ShareLogResult, replay_share_log
 from sharestate.replay.views import offset_row, prune_row, state_row
 from sharestate.runtime import quiet_gc
 
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = exit_codes.OK, exit_codes.FINDINGS, exit_codes.USAGE
+EXIT_QUERY = exit_codes.SQL_FAILED
 
 
 class UsageError(Exception):
     """A bad argument or unreadable input: reported in one line, exit 2."""
+
+
+class QueryError(Exception):
+    """A `sharestate sql` statement refused or failed: reported in one line, exit 4."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -46,17 +63,50 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+class _Sink:
+    """A text output whose write errors (a full disk, `/dev/full`) end the command with one
+    line, exit 2."""
+
+    def __init__(self, handle: IO[str], name: str) -> None:
+        self._handle = handle
+        self._name = name
+
+    def write(self, text: str) -> int:
+        try:
+            return self._handle.write(text)
+        except OSError as exc:
+            raise UsageError(f"cannot write {self._name}: {exc.strerror}") from None
+
+    def flush(self) -> None:
+        try:
+            self._handle.flush()
+        except OSError as exc:
+            raise UsageError(f"cannot write {self._name}: {exc.strerror}") from None
+
+
 @contextmanager
-def _output(path: str | None) -> Iterator[IO[str]]:
+def _output(path: str | None) -> Iterator[_Sink]:
     if path is None or path == "-":
-        yield sys.stdout
+        sink = _Sink(sys.stdout, "standard output")
+        try:
+            yield sink
+            sink.flush()
+        except UsageError:
+            # nothing more reaches a stdout that cannot take it (not even at exit)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise
         return
     try:
         handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed below
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror}") from None
-    with handle:
-        yield handle
+    try:
+        sink = _Sink(handle, path)
+        yield sink
+        sink.flush()
+    finally:
+        with suppress(OSError):  # the flush above reported it
+            handle.close()
 
 
 def _dialect_arg(value: str) -> str | None:
@@ -109,7 +159,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
         for segment in segments:
             detection = detect_segment(segment, dialect_name=args.dialect, topic=args.topic,
                                        limits=limits)
-            print(f"{segment.path}: {detection.describe()}", file=sys.stderr)
+            _say_how_read(segment, detection)
             for record in decode_segment(segment, detection, limits=limits):
                 row = record_json(record)
                 if record.finding is not None:
@@ -124,13 +174,15 @@ def cmd_decode(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if findings else EXIT_OK
 
 
+def _say_how_read(segment: Segment, detection: Detection) -> None:
+    """On stderr: the topic and dialect a segment was read as, and what its path did not say."""
+    if segment.note:
+        print(f"{segment.path}: {segment.note}: partition unknown", file=sys.stderr)
+    print(f"{segment.path}: {detection.describe()}", file=sys.stderr)
+
+
 def _as_of(args: argparse.Namespace) -> AsOf:
-    if args.as_of_time is None:
-        return AsOf(offset=args.as_of_offset)
-    try:
-        return AsOf(time=parse_time(args.as_of_time))
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    return AsOf(offset=args.as_of_offset, time=args.as_of_time)
 
 
 def _logs(args: argparse.Namespace, topic: str) -> tuple[list[PartitionLog], list[Found]]:
@@ -140,16 +192,30 @@ def _logs(args: argparse.Namespace, topic: str) -> tuple[list[PartitionLog], lis
                                    topic=args.topic, limits=_limits(args))
     for log in logs:
         for segment, detection in zip(log.segments, log.detections, strict=True):
-            print(f"{segment.path}: {detection.describe()}", file=sys.stderr)
+            _say_how_read(segment, detection)
     for finding in unknown:
         print(f"{finding.source}: {finding.message}", file=sys.stderr)
     return [log for log in logs if log.topic == topic], [(None, None, f) for f in unknown]
 
 
-def _write_rows(rows: Iterable[dict[str, Any]], output: str | None) -> None:
+def _write_rows(rows: Iterable[dict[str, Any]], output: str | None) -> int:
+    """Write `rows` as JSON lines; how many."""
+    written = 0
     with _output(output) as out:
         for row in rows:
             out.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
+            written += 1
+    return written
+
+
+def _as_of_text(args: argparse.Namespace) -> str:
+    if args.as_of_time is not None:  # epoch ms: said back the way ISO 8601 writes it
+        moment = datetime.fromtimestamp(args.as_of_time / 1000, UTC)
+        text = moment.isoformat(timespec="milliseconds" if args.as_of_time % 1000 else "seconds")
+        return f"time {text.replace('+00:00', 'Z')}"
+    if args.as_of_offset is not None:
+        return f"offset {args.as_of_offset}"
+    return "the end of the log"
 
 
 def _report(args: argparse.Namespace, findings: Sequence[Found], shard_findings: int) -> int:
@@ -184,9 +250,12 @@ def _replay_share(args: argparse.Namespace) -> tuple[list[ShareLogResult], int]:
 def cmd_state(args: argparse.Namespace) -> int:
     """Every live share-partition's state as of a point, one JSON line each."""
     results, status = _replay_share(args)
-    _write_rows((state_row(result, key) for result in results
-                 for key in sorted(result.shard)
-                 if args.group is None or key.group_id == args.group), args.output)
+    written = _write_rows((state_row(result, key) for result in results
+                           for key in sorted(result.shard)
+                           if args.group is None or key.group_id == args.group), args.output)
+    if not written:
+        group = f" of group {args.group!r}" if args.group is not None else ""
+        print(f"no live share-partitions{group} as of {_as_of_text(args)}", file=sys.stderr)
     return status
 
 
@@ -225,16 +294,6 @@ def cmd_offsets(args: argparse.Namespace) -> int:
                                       for f in r.findings)], 0)
 
 
-def _count(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
-    return number
-
-
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Simulate share groups driving the share coordinator; write both topics' segments."""
     config = SimulationConfig(
@@ -244,7 +303,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         batch_records=args.batch_records, linger_ms=args.linger_ms,
         snapshot_limit=args.snapshot_limit, cold_interval_ms=args.cold_interval_ms,
         dialect=args.dialect, orphaned_state=args.orphaned_state,
-        stuck_deleting=args.stuck_deleting)
+        stuck_deleting=args.stuck_deleting, poison_rate=args.poison_rate)
     try:
         result = simulate(config, args.out)
     except (ValueError, OSError) as exc:
@@ -257,8 +316,9 @@ def _add_simulate(sub: Any) -> None:
     defaults = SimulationConfig()
     command = sub.add_parser("simulate", help="write a simulated share-group workload",
                              description=cmd_simulate.__doc__)
-    command.add_argument("--out", required=True, help="log.dirs root to write into")
-    command.add_argument("--records", type=_count, required=True,
+    command.add_argument("--out", required=True, type=location,
+                         help="log.dirs root to write into")
+    command.add_argument("--records", type=arguments.count, required=True,
                          help="__share_group_state records to write (at least)")
     command.add_argument("--seed", type=int, default=defaults.seed)
     for flag, help_text in (("groups", "share groups"), ("topics", "user topics"),
@@ -266,21 +326,27 @@ def _add_simulate(sub: Any) -> None:
                             ("state-partitions", "__share_group_state partitions"),
                             ("offsets-partitions", "__consumer_offsets partitions"),
                             ("batch-records", "most records per batch")):
-        command.add_argument(f"--{flag}", type=_count,
+        command.add_argument(f"--{flag}", type=arguments.count,
                              default=getattr(defaults, flag.replace("-", "_")),
                              help=f"{help_text} (default %(default)s)")
     command.add_argument("--codec", choices=COMPRESSION_NAMES, default=defaults.codec)
     command.add_argument("--linger-ms", type=int, default=defaults.linger_ms,
                          help="close a batch after this long (default %(default)s)")
-    command.add_argument("--snapshot-limit", type=int, default=defaults.snapshot_limit,
+    command.add_argument("--snapshot-limit", type=arguments.records_per_snapshot,
+                         default=defaults.snapshot_limit,
                          help="share.coordinator.snapshot.update.records.per.snapshot")
-    command.add_argument("--cold-interval-ms", type=_count, default=defaults.cold_interval_ms,
+    command.add_argument("--cold-interval-ms", type=arguments.count,
+                         default=defaults.cold_interval_ms,
                          help="share.coordinator.cold.partition.snapshot.interval.ms")
     command.add_argument("--dialect", choices=["4.1", "4.0"], default=defaults.dialect)
     command.add_argument("--orphaned-state", action="store_true",
                          help="keep one group's share-partitions of a topic out of its metadata")
     command.add_argument("--stuck-deleting", action="store_true",
                          help="leave one topic in a group's deleting list with its state")
+    command.add_argument("--poison-rate", type=arguments.fraction, default=defaults.poison_rate,
+                         help="fraction of produced records no consumer can process: released "
+                              "on every delivery until archived at the delivery limit "
+                              "(default %(default)s)")
     command.set_defaults(func=cmd_simulate)
 
 
@@ -307,30 +373,103 @@ SQL_FORMATS = ("table", "jsonl", "csv")
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    """Run Spark SQL over every table of a warehouse (each registered as a view)."""
+    """Run one Spark SQL query over every table of a warehouse (each registered as a view).
+
+    Read-only: a statement that writes (INSERT, CREATE TABLE ... AS, INSERT OVERWRITE
+    DIRECTORY, SET, DELETE, ...) or calls out of SQL (reflect(), TRANSFORM ... USING, ADD
+    JAR) is refused before anything runs. A refused or failed query exits 4 with one line
+    naming Spark's error class (the Java stack with --verbose). --write (jvm backend) lets a
+    statement change the warehouse's Delta tables; call-outs stay refused.
+    """
+    import tempfile
+
     from pipelines.session import SettingError, build_session
-    from sharestate.lake import find_tables, register_views
+    from sharestate.lake import find_tables, open_lake, register_views
+    from sharestate.lake.read_only import session_settings
 
     if not find_tables(args.warehouse):
         raise UsageError(f"no Delta tables under {args.warehouse}")
-    try:
-        spark = build_session("sharestate-sql", ui=False,
-                              conf={"spark.sharestate.lake.backend": args.backend or "auto"})
-    except SettingError as exc:
-        raise UsageError(str(exc)) from None
-    register_views(spark, args.warehouse)
-    try:
-        rows = spark.sql(args.query).collect()
-    except Exception as exc:  # Spark's analysis errors: a bad query is a bad argument
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"query failed: {first}") from None
-    columns = list(rows[0].asDict().keys()) if rows else []
+    with tempfile.TemporaryDirectory(prefix="sharestate-sql-") as scratch:
+        conf = {"spark.sharestate.lake.backend": args.backend or "auto",
+                **session_settings(scratch)}
+        try:
+            spark = build_session("sharestate-sql", ui=False, conf=conf)
+        except SettingError as exc:
+            raise UsageError(str(exc)) from None
+        if not args.verbose:  # a failed task logs its Java stack; the error line says enough
+            spark.sparkContext.setLogLevel("OFF")
+        if args.write and open_lake(spark).backend != "jvm":
+            raise UsageError("--write needs the jvm backend (Delta's SQL): Delta's jars on "
+                             "the classpath and --backend jvm")
+        register_views(spark, args.warehouse)
+        columns, rows = _run_statement(spark, args)
     with _output(args.output) as out:
-        write_rows(out, [row.asDict(recursive=True) for row in rows], columns, args.format)
+        write_rows(out, rows, columns, args.format)
     return EXIT_OK
 
 
-def write_rows(out: IO[str], rows: list[dict[str, Any]], columns: list[str],
+def _run_statement(spark: Any, args: argparse.Namespace
+                   ) -> tuple[list[str], list[dict[str, Any]]]:
+    """Check and run the statement: its columns and rows, else QueryError."""
+    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+    from pyspark.errors import PySparkException
+    from pyspark.logger import PySparkLogger
+    from pyspark.sql import DataFrame
+
+    from sharestate.lake.read_only import RefusedStatement, check_statement
+
+    # pyspark logs every failed query's Java stack; the one line below says what failed
+    PySparkLogger.getLogger("SQLQueryContextLogger").disabled = not args.verbose
+    spark.conf.set("spark.sql.pyspark.jvmStacktrace.enabled", str(args.verbose).lower())
+    try:
+        with _write_lease(args):
+            plan = check_statement(spark, args.query, write=args.write)
+            dataset = spark._jvm.org.apache.spark.sql.classic.Dataset.ofRows(
+                spark._jsparkSession, plan)
+            frame = DataFrame(dataset, spark)
+            return frame.columns, [row.asDict(recursive=True) for row in frame.collect()]
+    except RefusedStatement as exc:
+        raise QueryError(str(exc)) from None
+    except (PySparkException, Py4JJavaError) as exc:
+        if args.verbose:
+            print(str(exc), file=sys.stderr)
+        raise QueryError(f"query failed: {_spark_error_line(exc)}") from None
+
+
+def _spark_error_line(exc: Exception) -> str:
+    """The first line of a Spark error, led by its error class."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    if isinstance(exc, Py4JJavaError):
+        java = exc.java_exception
+        error_class = java.getClass().getName()
+        message = str(java.getMessage() or "")
+    else:
+        assert isinstance(exc, PySparkException)
+        error_class = exc.getCondition() or type(exc).__name__
+        message = exc.getMessage() or str(exc)
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    return first if first.startswith(f"[{error_class}]") else f"[{error_class}] {first}".strip()
+
+
+@contextmanager
+def _write_lease(args: argparse.Namespace) -> Iterator[None]:
+    """Hold the warehouse lease while a statement that may write (--write) runs."""
+    from sharestate.lake.lease import WarehouseBusy, warehouse_lease
+
+    with ExitStack() as held:
+        if args.write:
+            try:
+                held.enter_context(warehouse_lease(
+                    args.warehouse, run=f"sql-{os.getpid()}", what="sharestate sql --write",
+                    wait=args.lease_wait))
+            except WarehouseBusy as exc:
+                raise UsageError(str(exc)) from None
+        yield
+
+
+def write_rows(out: SupportsWrite[str], rows: list[dict[str, Any]], columns: list[str],
                fmt: str) -> None:
     """Rows as an aligned text table, JSON lines or CSV."""
     if fmt == "jsonl":
@@ -363,11 +502,20 @@ def _cell(value: Any) -> str:
 def _add_sql(sub: Any) -> None:
     command = sub.add_parser("sql", help="query the Delta tables with Spark SQL",
                              description=cmd_sql.__doc__)
-    command.add_argument("--warehouse", required=True, help="folder holding the Delta tables")
+    command.add_argument("--warehouse", required=True, type=location,
+                         help="folder holding the Delta tables")
     command.add_argument("--format", choices=SQL_FORMATS, default="table")
     command.add_argument("--backend", choices=("auto", "rs", "jvm"), default=None)
-    command.add_argument("--output", "-o", help="write here instead of stdout")
-    command.add_argument("query", help="a Spark SQL statement; tables are views by name")
+    command.add_argument("--output", "-o", type=location, help="write here instead of stdout")
+    command.add_argument("--write", action="store_true",
+                         help="let the statement change the warehouse's Delta tables (jvm "
+                              "backend; holds the warehouse lease)")
+    command.add_argument("--lease-wait", type=arguments.seconds, default=0.0,
+                         metavar="SECONDS", help="with --write: wait this long for the "
+                                                 "warehouse lease another writer holds")
+    command.add_argument("--verbose", action="store_true",
+                         help="on failure, print Spark's Java stack too")
+    command.add_argument("query", help="a Spark SQL query; tables are views by name")
     command.set_defaults(func=cmd_sql)
 
 
@@ -383,9 +531,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def _add_demo(sub: Any) -> None:
     command = sub.add_parser("demo", help="simulate a log and run the pipeline on it",
                              description=cmd_demo.__doc__)
-    command.add_argument("--logs", default="demo-data", help="where to write the simulated log")
-    command.add_argument("--warehouse", default="warehouse", help="where to write the tables")
-    command.add_argument("--records", type=_count, default=200_000,
+    command.add_argument("--logs", default="demo-data", type=location,
+                         help="where to write the simulated log")
+    command.add_argument("--warehouse", default="warehouse", type=location,
+                         help="where to write the tables")
+    command.add_argument("--records", type=arguments.count, default=200_000,
                          help="__share_group_state records to simulate (default %(default)s)")
     command.add_argument("--seed", type=int, default=7)
     command.set_defaults(func=cmd_demo)
@@ -396,7 +546,7 @@ def cmd_quality(args: argparse.Namespace) -> int:
 
     Writes quality_results, audit_findings (rule quality_gate) and Data Docs under
     <warehouse>/_docs/quality/. Exit 0 the gate holds, 1 it failed, 2 bad arguments,
-    3 it could not run.
+    3 it could not run, 70 an internal error.
     """
     from pipelines.quality import QualityArgumentError, run
 
@@ -432,8 +582,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _add_report(sub: Any) -> None:
     command = sub.add_parser("report", help="write an HTML report of a warehouse",
                              description=cmd_report.__doc__)
-    command.add_argument("--warehouse", required=True, help="folder holding the Delta tables")
-    command.add_argument("--out", required=True, help="HTML file to write")
+    command.add_argument("--warehouse", required=True, type=location,
+                         help="folder holding the Delta tables")
+    command.add_argument("--out", required=True, type=location, help="HTML file to write")
     command.add_argument("--backend", choices=("auto", "rs", "jvm"), default=None)
     command.set_defaults(func=cmd_report)
 
@@ -449,15 +600,32 @@ def _add_sources(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--findings", metavar="FILE",
                         help="also write every finding as a JSON line here (its segment, "
                              "offset, position, kind, message and bytes)")
-    parser.add_argument("--max-batch-records", type=_count, default=DEFAULT_MAX_BATCH_RECORDS,
+    parser.add_argument("--max-batch-records", type=arguments.count,
+                        default=DEFAULT_MAX_BATCH_RECORDS,
                         metavar="N", help="refuse (as a finding) a batch declaring more "
                                           "records than this (default %(default)s)")
+
+
+def version() -> str:
+    """`sharestate X.Y.Z (C extension|pure Python), Python X.Y.Z`."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    from sharestate import native
+
+    try:
+        release = installed("sharestate")
+    except PackageNotFoundError:
+        release = "(not installed)"
+    kernels = "C extension" if native.module is not None else "pure Python"
+    return f"sharestate {release} ({kernels}), Python {sys.version.split()[0]}"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="sharestate",
                      description="Decode, replay and analyse Kafka's share-group state and "
                                  "consumer-offsets logs.")
+    parser.add_argument("--version", action="version", version=version())
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     decode = sub.add_parser("decode", help="decode segments to JSON lines")
     _add_sources(decode)
@@ -472,9 +640,9 @@ def build_parser() -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=help_text, description=func.__doc__)
         _add_sources(command)
         when = command.add_mutually_exclusive_group()
-        when.add_argument("--as-of-offset", type=int, metavar="N",
+        when.add_argument("--as-of-offset", type=arguments.offset, metavar="N",
                           help="after applying every record with offset <= N")
-        when.add_argument("--as-of-time", metavar="TIME",
+        when.add_argument("--as-of-time", type=arguments.time, metavar="TIME",
                           help="ISO 8601 time or epoch ms: after every record up to it")
         command.add_argument("--output", "-o", help="write here instead of stdout")
         if name in ("state", "offsets"):
@@ -482,14 +650,15 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "offsets":
             command.add_argument("--pending", action="store_true",
                                  help="add open transactional commits (state pending:<pid>)")
-            command.add_argument("--retention-minutes", type=int,
+            command.add_argument("--retention-minutes", type=arguments.retention_minutes,
                                  default=DEFAULT_RETENTION_MINUTES,
                                  help="offsets.retention.minutes for the expiry forecast")
         else:
             command.add_argument("--semantics", choices=SEMANTICS, default=KAFKA,
                                  help="kafka (markers ignored, as Kafka does) or "
                                       "transactional-acks (acks wait for COMMIT)")
-            command.add_argument("--snapshot-update-records", type=int,
+            command.add_argument("--snapshot-update-records",
+                                 type=arguments.records_per_snapshot,
                                  default=DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT,
                                  help="share.coordinator.snapshot.update.records.per.snapshot")
         command.set_defaults(func=func)
@@ -511,8 +680,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, SourceError) as exc:
         print(f"sharestate: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except QueryError as exc:
+        print(f"sharestate: error: {exc}", file=sys.stderr)
+        return EXIT_QUERY
     except BrokenPipeError:
         return EXIT_OK
+    except Exception as exc:  # anything else is a bug: say so, with its own status
+        return exit_codes.internal_error(exc)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 summarise the tables and write the HTML report.
 
 The simulated cluster has several share groups, topics and partitions, with redeliveries,
-lock timeouts, archived (poison) records, offset resets, deleted share-partitions, cold
+lock timeouts, poison records (no consumer can process them: archived at the delivery limit),
+offset resets, deleted share-partitions, cold
 snapshots, transactional offset commits, an orphaned share-partition and a topic stuck in
 deletion, so every table has something to show.
 """
@@ -30,6 +31,13 @@ SUMMARY_QUERIES = {
     "worst redelivery": """
         SELECT group_id, topic_id, partition, first_offset, last_offset, delivery_count, poison
         FROM redelivery ORDER BY delivery_count DESC, records DESC LIMIT 3""",
+    "poison records": """
+        SELECT group_id, count(DISTINCT topic_id, partition, offset) AS records
+        FROM (SELECT group_id, topic_id, partition,
+                     explode(sequence(b.first_offset, b.last_offset)) AS offset
+              FROM share_partition_state_history LATERAL VIEW explode(state_batches) t AS b
+              WHERE NOT deleted AND b.delivery_state = 4 AND b.delivery_count >= 5)
+        GROUP BY group_id ORDER BY group_id""",
     "prune plan": """
         SELECT state_partition, prune_offset, reclaimable_records, reclaimable_bytes,
                cold_snapshot_prune_offset, size(holding) AS holding_keys
@@ -40,11 +48,15 @@ SUMMARY_QUERIES = {
 }
 
 
+POISON_RATE = 0.002
+"""Records no consumer can process: archived once delivered 5 times (the delivery limit)."""
+
+
 def demo_config(records: int, seed: int) -> SimulationConfig:
     return SimulationConfig(records=records, seed=seed, groups=3, topics=3, partitions=3,
                             state_partitions=3, offsets_partitions=2, batch_records=8,
                             codec="lz4", cold_interval_ms=60_000, orphaned_state=True,
-                            stuck_deleting=True)
+                            stuck_deleting=True, poison_rate=POISON_RATE)
 
 
 def run_demo(args: argparse.Namespace) -> Iterator[str]:

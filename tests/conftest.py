@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from kafka_broker import RELEASES, KafkaBroker, running_broker
+from kafka_workload import Workload, run_workload
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE_ENV = "SHARESTATE_CONFORMANCE_DIR"
@@ -45,3 +46,21 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
     """The judge: one Kafka 4.3.1 broker (KRaft, share groups on) for the whole session."""
     with running_broker(RELEASES["4.3"], tmp_path_factory.mktemp("kafka-4.3")) as broker:
         yield broker
+
+
+@pytest.fixture(scope="session")
+def kafka_workload(kafka_broker: KafkaBroker,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workload]:
+    """The real-client workload, run once on the session's broker."""
+    workload = run_workload(kafka_broker)
+    try:
+        yield workload
+    finally:
+        workload.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_logs(kafka_workload: Workload, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The internal topics' segment files, copied out of the broker's log.dirs after the
+    workload (the broker keeps running)."""
+    return kafka_workload.copy_internal_logs(tmp_path_factory.mktemp("kafka-logs"))

@@ -81,7 +81,8 @@ def _record(match: re.Match[str], batch: dict[str, Any]) -> dict[str, Any]:
     payload = payload[len(" payload: "):]
     if payload != "<DELETE>":
         value = json.loads(payload)
-        record["value_version"] = int(value["version"])
+        # Kafka 4.0's share-state formatter labels the value's version "type".
+        record["value_version"] = int(value["version"] if "version" in value else value["type"])
         record["value"] = snake_all(value["data"])
     return record
 
@@ -105,6 +106,13 @@ def dump_records(text: str) -> dict[Key, dict[str, Any]]:
                 raise ValueError(f"unparsed batch line {line!r}")
             batch = _batch(found)
     return records
+
+
+def sharestate_json(*args: str) -> list[dict[str, Any]]:
+    """A sharestate command's JSON lines (exit 0 or 1: findings are allowed, not errors)."""
+    done = subprocess.run([SHARESTATE, *args], capture_output=True, text=True, check=False)
+    assert done.returncode in (0, 1), done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]
 
 
 def decoded_records(files: Iterable[Path]) -> dict[Key, dict[str, Any]]:

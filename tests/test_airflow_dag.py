@@ -106,7 +106,9 @@ case "$FAKE_SPARK_MODE" in
   clean) echo "tables in /w (run $run_id)"; exit 0;;
   findings) echo "analytics    1.0s  audit_findings 3  (3 findings)"
             echo "tables in /w (run $run_id)"; exit 1;;
-  crash) echo "Traceback (most recent call last):"; echo "RuntimeError: boom"; exit 1;;
+  submit) echo "Error: Failed to load class main"; exit 1;;
+  bug) echo "Traceback (most recent call last):"; echo "RuntimeError: boom"
+       echo "sharestate: internal error (RuntimeError): this is a bug in sharestate"; exit 70;;
   usage) echo "sharestate: error: --warehouse is required"; exit 2;;
 esac
 exit 99
@@ -203,11 +205,24 @@ def probe(out: Path) -> None:
     except Exception as exc:
         result["missing_warehouse"] = [type(exc).__name__, str(exc)]
     os.environ["AIRFLOW_VAR_SHARESTATE_WAREHOUSE"] = variable
+    relative: dict[str, Any] = {}
+    for task_id, conf in (("decode", {"warehouse": "warehouse"}),
+                          ("quality", {"warehouse": "lake/wh"}),
+                          ("ingest", {"source": '["/kafka/logs", "logs"]'}),
+                          ("analytics", {"end_offsets": "ends.json"}),
+                          ("ingest", {"warehouse": "s3://lake/wh",
+                                      "source": "kafka://b1:9092 /kafka/logs"})):
+        try:
+            task, _ = rendered(task_id, conf)
+            relative[f"{task_id} {conf}"] = ["rendered", fields(task)]
+        except Exception as exc:
+            relative[f"{task_id} {conf}"] = [type(exc).__name__, str(exc)]
+    result["relative_paths"] = relative
 
     outcomes: dict[str, Any] = {}
     argv_file = out.with_suffix(".argv")
-    for mode, conf in (("clean", None), ("findings", None), ("crash", None), ("usage", None),
-                       ("findings_fail", {"fail_on_findings": True})):
+    for mode, conf in (("clean", None), ("findings", None), ("submit", None), ("bug", None),
+                       ("usage", None), ("findings_fail", {"fail_on_findings": True})):
         os.environ["FAKE_SPARK_MODE"] = mode.split("_")[0]
         os.environ["FAKE_SPARK_ARGV"] = str(argv_file)
         task, ctx = rendered("analytics", conf)
@@ -221,7 +236,7 @@ def probe(out: Path) -> None:
     result["spark_exit"] = outcomes
 
     gate: dict[str, Any] = {}
-    for code in (0, 1, 3):
+    for code in (0, 1, 2, 3, 70):
         command = ('echo "$SHARESTATE_WAREHOUSE $SHARESTATE_RUN_ID $SHARESTATE_INTERVAL_START '
                    f'$SHARESTATE_INTERVAL_END"; exit {code}')
         task, ctx = rendered("quality", {"quality_command": command})
@@ -346,16 +361,51 @@ def test_a_missing_required_setting_fails_without_retry(probed: dict[str, Any]) 
 
 
 @needs_airflow
+def test_a_relative_path_setting_fails_without_retry(probed: dict[str, Any]) -> None:
+    """The tasks run in different working directories (the quality command in a temporary
+    one): a relative warehouse, source or end-offsets file has no one meaning."""
+    outcomes = probed["relative_paths"]
+    refused = {key: value for key, value in outcomes.items() if value[0] != "rendered"}
+    assert len(refused) == 4, outcomes
+    for key, (kind, message) in refused.items():
+        assert kind == "AirflowFailException", key
+        assert "must be an absolute path or a URI" in message, message
+    assert "'lake/wh'" in refused["quality {'warehouse': 'lake/wh'}"][1]
+    assert "'logs'" in refused["ingest {'source': '[\"/kafka/logs\", \"logs\"]'}"][1]
+    kind, fields = outcomes["ingest {'warehouse': 's3://lake/wh', 'source': "
+                            "'kafka://b1:9092 /kafka/logs'}"]
+    assert kind == "rendered"
+    assert lines(fields["application_args"])[:1] == ["--warehouse=s3://lake/wh"]
+
+
+def test_the_dag_knows_sharestates_exit_statuses() -> None:
+    """The DAG keeps its own copy of the statuses it acts on (it imports nothing of
+    sharestate): they are sharestate's."""
+    import ast
+
+    from sharestate import exit_codes
+
+    module = ast.parse((DAGS / "sharestate_dag.py").read_text("utf-8"))
+    constants = {node.targets[0].id: ast.literal_eval(node.value) for node in module.body
+                 if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+                 and node.targets[0].id.endswith("_EXIT")}
+    assert constants == {"FINDINGS_EXIT": exit_codes.FINDINGS, "USAGE_EXIT": exit_codes.USAGE,
+                         "INTERNAL_EXIT": exit_codes.INTERNAL}
+
+
+@needs_airflow
 def test_spark_exit_statuses(probed: dict[str, Any]) -> None:
     """0 succeeds; 1 after the job's closing line is findings: success plus XCom (or a failure
-    without retry when fail_on_findings); 1 without it (a Python crash) and 2 fail."""
+    without retry when fail_on_findings); 2 (a setting to fix) fails without retry; 1 without
+    the line (spark-submit's own failure) and 70 (a bug) fail and are retried."""
     runs = probed["spark_exit"]
     assert runs["clean"]["outcome"] == "success" and runs["clean"]["xcom"] == {"findings": False}
     assert runs["findings"]["outcome"] == "success"
     assert runs["findings"]["xcom"] == {"findings": True}
     assert runs["findings_fail"]["outcome"] == "AirflowFailException"
-    assert runs["crash"]["outcome"] == "AirflowException"
-    assert runs["usage"]["outcome"] == "AirflowException"
+    assert runs["submit"]["outcome"] == "AirflowException"
+    assert runs["bug"]["outcome"] == "AirflowException"
+    assert runs["usage"]["outcome"] == "AirflowFailException"
     argv = runs["clean"]["argv"]
     assert argv[:2] == ["--master", "local[2]"]
     settings = [argv[i + 1] for i, a in enumerate(argv) if a == "--conf"]
@@ -373,7 +423,9 @@ def test_quality_exit_statuses(probed: dict[str, Any]) -> None:
     gate = probed["quality_exit"]
     assert gate["0"] == ["success", f"/var/wh {RUN_ID} {INTERVAL[0]} {INTERVAL[1]}"]
     assert gate["1"][0] == "AirflowFailException"  # a gate failed: no retry
-    assert gate["3"][0] == "AirflowException"  # anything else: retried
+    assert gate["2"][0] == "AirflowFailException"  # bad settings: no retry
+    assert gate["3"][0] == "AirflowException"  # the gate could not run: retried
+    assert gate["70"][0] == "AirflowException"  # a bug: retried
 
 
 # -- the whole DAG, for real --------------------------------------------------------------

@@ -89,3 +89,19 @@ def test_unreadable_file(tmp_path: Path) -> None:
 def test_open_failure_is_a_source_error(tmp_path: Path) -> None:
     with pytest.raises(SourceError):
         Segment(tmp_path / "gone.log", None, None, None, False).open()
+
+
+def test_only_internal_topic_folders_name_a_partition(tmp_path: Path) -> None:
+    """`backups-2026-11-23/` looks like `<topic>-<partition>` but names neither internal
+    topic: nothing is taken from it (it was partition 23 of a topic "backups-2026-11")."""
+    for folder in ("backups-2026-11-23", "orders-0"):
+        _segment(tmp_path / folder / _name(40), 40)
+        [segment] = discover([tmp_path / folder])
+        assert (segment.topic, segment.partition, segment.base_offset) == (None, None, 40)
+        assert segment.note is not None and repr(folder) in segment.note
+    _segment(tmp_path / "__consumer_offsets-3" / _name(0), 0)
+    [named] = discover([tmp_path / "__consumer_offsets-3" / _name(0)])
+    assert (named.topic, named.partition, named.note) == ("__consumer_offsets", 3, None)
+    _segment(tmp_path / "loose" / "x.log", 0)
+    [loose] = discover([tmp_path / "loose" / "x.log"])
+    assert (loose.topic, loose.partition, loose.base_offset, loose.note) == (None,) * 4

@@ -86,7 +86,8 @@ def test_report_command_writes_a_self_contained_page(page: Path) -> None:
     assert not re.search(r"<(script|link|img)[^>]+(src|href)=\"https?:", text)
     assert text.count('class="plotly-graph-div"') == CHARTS
     assert "quality gate passed (1 warning)" in text
-    assert "lag exact (end offsets given)" in text
+    assert "lag now exact (end offsets given), over time a lower bound" in text
+    assert 'id="quality"' in text and "sharestate_quality" not in text
     assert "inputs covered: <span><b>__consumer_offsets</b>" in text
     assert "orphaned_state" in text and "Needs attention" in text
 
@@ -127,7 +128,9 @@ def test_page_renders_in_chromium(page: Path, tmp_path: Path) -> None:
     try:
         browser.get(page.resolve().as_uri())
         counts = browser.execute_script("""
-            return {charts: document.querySelectorAll('.plotly-graph-div').length,
+            return {ages: [...document.querySelectorAll('[data-since]')].map(
+                        e => e.textContent),
+                    charts: document.querySelectorAll('.plotly-graph-div').length,
                     drawn: document.querySelectorAll('.plotly-graph-div .main-svg').length,
                     marks: document.querySelectorAll(
                         '.plotly-graph-div .trace path, .plotly-graph-div .point path').length,
@@ -142,6 +145,9 @@ def test_page_renders_in_chromium(page: Path, tmp_path: Path) -> None:
         browser.quit()
     print(f"screenshot: {screenshot}")
     assert errors == []
+    # "(… ago)" is computed where the page is opened, not frozen when it was written
+    assert counts["ages"] and all(re.fullmatch(r"\(\d+ (s|min|h|d) ago\)", age)
+                                  for age in counts["ages"]), counts["ages"]
     assert counts["charts"] == CHARTS
     assert counts["drawn"] >= CHARTS and counts["marks"] > 20
     assert "badge green:no errors" in counts["badges"]
@@ -163,3 +169,72 @@ def test_failed_gate_turns_the_quality_badge_red() -> None:
     assert '<span class="badge red">quality gate failed (1 blocking)</span>' in page
     assert "Failed quality checks" in page and "keys_unique" in page
     assert '<span class="sev error">failed</span>' in page
+
+
+def _frames(**given: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    frames = {name: pd.DataFrame() for name in QUERIES}
+    frames.update(given)
+    return frames
+
+
+def test_lag_history_and_exact_lag_do_not_share_an_axis() -> None:
+    """The history is a lower bound of tens of records, the exact lag now 1.2 M: on one axis
+    the history was a flat line at zero. Separate panels; what is a lower bound says so."""
+    from sharestate.report.charts import lag_over_time
+
+    series = pd.DataFrame({"group_id": ["g1"] * 3 + ["g2"] * 3, "bucket": [0, 1, 2] * 2,
+                           "time_ms": [1_000, 2_000, 3_000] * 2, "lag": [12, 40, 25, 3, 7, 9],
+                           "partitions": [3] * 6})
+    current = pd.DataFrame({"group_id": ["g1", "g2"], "lag": [1_200_000, 35],
+                            "time_ms": [3_000, 3_000], "lower_bound": [False, True],
+                            "partitions": [3, 3]})
+    figure = lag_over_time(series, current)
+    assert figure is not None
+    history = [t for t in figure.data if t.type == "scatter"]
+    now = [t for t in figure.data if t.type != "scatter"]
+    assert {t.name for t in history} == {"g1 (lower bound)", "g2 (lower bound)"}
+    assert {t.yaxis for t in history} == {"y"} and {t.yaxis for t in now} == {"y2"}
+    assert list(now[0].text) == ["1,200,000", "≥ 35"]  # the lower bound is marked as one
+    layout = figure.layout
+    assert "lower bound" in layout.yaxis.title.text or "at least" in layout.yaxis.title.text
+
+
+def test_lag_badge_never_calls_a_lower_bound_exact() -> None:
+    current = pd.DataFrame({"group_id": ["g1", "g2"], "lag": [5, 7], "time_ms": [0, 0],
+                            "lower_bound": [False, False], "partitions": [1, 1]})
+    page = render(ReportData("/wh", 0, frames=_frames(current_lag=current)))
+    assert "lag now exact (end offsets given), over time a lower bound" in page
+    assert ">lag exact" not in page
+    mixed = current.assign(lower_bound=[False, True])
+    page = render(ReportData("/wh", 0, frames=_frames(current_lag=mixed)))
+    assert "lag now exact for 1 of 2 groups, else a lower bound" in page
+
+
+def test_age_is_not_frozen_into_the_page() -> None:
+    last = pd.DataFrame({"ingest_run": ["r1"], "finished_at": [1_700_000_000_000]})
+    page = render(ReportData("/wh", 1_700_000_032_000, frames=_frames(last_run=last)))
+    assert "(32 s ago)" not in page
+    assert ('<span class="ago" data-since="1700000000000">(32 s before this report was '
+            "generated)</span>") in page
+    assert "Date.now() - Number(el.dataset.since)" in page
+
+
+def test_quality_section_is_complete_and_offline() -> None:
+    """Every check of the latest run with its examples, in the page (no network): GE's Data
+    Docs load their styles and scripts from CDNs, so they are only a secondary link."""
+    quality_rows = pd.DataFrame([
+        {"run_id": "r", "run_at": 0, "suite": "share_group_lag", "check": "lag_non_negative",
+         "severity": "error", "success": False, "blocking": True, "unexpected": 1, "rows": 9,
+         "description": "Lag is >= 0.", "docs_index": "/wh/_docs/quality/index.html",
+         "sample_json": '[{"group_id": "g1", "lag": -4}]', "outcome": "failed"},
+        {"run_id": "r", "run_at": 0, "suite": "audit_findings", "check": "rules_known",
+         "severity": "warning", "success": True, "blocking": False, "unexpected": 0,
+         "rows": 20, "description": "Known rules only.", "docs_index": "/wh/_docs/quality/"
+         "index.html", "sample_json": "[]", "outcome": "passed"}])
+    page = render(ReportData("/wh", 0, frames=_frames(quality=quality_rows)))
+    section = page[page.index('<section class="card wide" id="quality">'):]
+    section = section[:section.index("</section>")]
+    assert "lag_non_negative" in section and "rules_known" in section
+    assert "&quot;lag&quot;: -4" in section
+    assert "need network access" in section
+    assert '<a href="#quality">' in page  # "Needs attention" points at it

@@ -9,8 +9,10 @@ with share-group metadata consistent with the state (or inconsistent exactly as 
 
 from __future__ import annotations
 
+import json
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -123,6 +125,34 @@ def test_round_trip_per_codec(tmp_path: Path, codec: str) -> None:
                                        cold_interval_ms=2_000, batch_records=7), tmp_path)
     assert result.operations["snapshotColdPartitions"] > 0
     _assert_round_trip(result)
+
+
+def _archived_at_limit(root: Path, limit: int) -> set[tuple[ShareKey, int]]:
+    """Every record some state in the log shows archived with `limit` deliveries or more."""
+    out = root / "decoded.jsonl"
+    assert main(["decode", str(root / "logs"), "--output", str(out)]) == 0
+    found = set()
+    for line in out.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        for b in (row["value"] or {}).get("state_batches") or []:
+            if b["delivery_state"] == 4 and b["delivery_count"] >= limit:
+                key = ShareKey(row["key"]["group_id"], row["key"]["topic_id"],
+                               row["key"]["partition"])
+                found.update((key, o) for o in range(b["first_offset"], b["last_offset"] + 1))
+    return found
+
+
+def test_poison_records_are_archived_at_the_delivery_limit(tmp_path: Path) -> None:
+    """With `poison_rate`, records no consumer can process are released on every delivery
+    until archived at `max_delivery_count`; the log still replays to the writers' state."""
+    config = SimulationConfig(records=20_000, seed=3, max_delivery_count=5)
+    simulate(config, tmp_path / "clean" / "logs")
+    poisoned = simulate(replace(config, poison_rate=0.01), tmp_path / "poisoned" / "logs")
+    _assert_round_trip(poisoned)
+    assert not _archived_at_limit(tmp_path / "clean", 5)
+    given_up = _archived_at_limit(tmp_path / "poisoned", 5)
+    assert given_up, "no record reached the delivery limit"
+    assert all(simulator.poison_record(0.01, key, offset) for key, offset in given_up)
 
 
 def test_round_trip_dialect_4_0(tmp_path: Path) -> None:

@@ -26,14 +26,17 @@ the jobs are idempotent (ingest/decode replace the segments they read, replay/an
 recompute and replace their tables), so the gold tables come out the same as long as the
 bronze `log_records` still hold the records up to the interval end.
 
-**Exit status.** 0 clean; 1 after the job's closing line `tables in ... (run ID)` = it
-completed with findings (decode errors, audit warnings): the task succeeds with a warning
-and pushes XCom `findings=True`, unless the setting `fail_on_findings` is true (then it fails
-without retries). Anything else fails the task and is retried: 1 without that line (an
-uncaught Python exception), 2 (bad arguments or an unreadable source), and any exit 1 in
-cluster mode, where spark-submit's output is not the driver's. The `quality` command: 0
-passes, 1 = a gate failed (fails the run, no retry; a crash exiting 1 does too), anything
-else fails and is retried once.
+**Exit status** (sharestate's scheme: 0 clean, 1 findings, 2 bad arguments or an environment
+that cannot run, 3 the quality gate could not run, 70 an internal error). A Spark job: 0
+succeeds; 1 after the job's closing line `tables in ... (run ID)` = it completed with
+findings (decode errors, audit warnings): the task succeeds with a warning and pushes XCom
+`findings=True`, unless the setting `fail_on_findings` is true (then it fails without
+retries); 2 fails without retries (a setting to fix: retrying cannot help); anything else
+fails and is retried: 70 (a bug in sharestate, traceback in the log), 1 without the closing
+line (spark-submit's own failures exit 1, and in cluster mode its output is not the
+driver's), a signal. The `quality` command: 0 passes; 1 (a gate failed) and 2 (bad
+settings) fail the run without retry; anything else (3 the gate could not run, 70) fails and
+is retried once.
 
 **Catchup and backfill.** `catchup=False`: when the DAG is unpaused, or after runs were
 blocked (`max_active_runs=1`), only the latest complete interval is scheduled; intervals in
@@ -48,6 +51,8 @@ interval backfilled. Backfill into another warehouse (`--dag-run-conf '{"warehou
 **Settings** (a DAG-run param wins, else the Airflow Variable `sharestate_<name>`, else the
 default): `spark_conn_id` (`spark_default`), `source` (required: log.dirs roots, segment
 paths or `kafka://` URIs, a JSON list or whitespace-separated), `warehouse` (required),
+(`source`, `warehouse` and `end_offsets` must be absolute paths or URIs: a relative path
+fails the task without retry, as the tasks run in different working directories),
 `pipelines_dir` (the `pipelines/` folder beside this file's repository), `py_files` (e.g.
 the sharestate wheel, for a cluster), `spark_conf` (JSON object of extra Spark settings),
 `semantics`, `delivery_limit`, `end_offsets` (JSON file for the lag), `kafka_options` (JSON
@@ -64,6 +69,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -79,15 +85,19 @@ from jinja2.runtime import Context as JinjaContext
 DAG_ID = "sharestate"
 VARIABLE_PREFIX = "sharestate_"
 SCHEDULE = os.environ.get("SHARESTATE_DAG_SCHEDULE", "0 * * * *")
+# sharestate's exit statuses (sharestate/exit_codes.py; this file imports nothing of sharestate)
 FINDINGS_EXIT = 1
-"""Exit status of a job that completed with findings (pipelines/run_all.py)."""
-GATE_FAILED_EXIT = 1
-"""Exit status of the quality command when a gate failed."""
+"""A job completed with findings (after its closing line); the quality gate failed."""
+USAGE_EXIT = 2
+"""Bad arguments, unusable input or an environment that cannot run: retrying cannot help."""
+INTERNAL_EXIT = 70
+"""An unhandled exception: a bug in sharestate."""
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_PIPELINES_DIR = str(REPO_ROOT / "pipelines")
 DEFAULT_QUALITY_COMMAND = 'sharestate quality --warehouse "$SHARESTATE_WAREHOUSE"'
 RUN_ID_TIME = "%Y%m%dT%H%M%SZ"
 TRUE = ("1", "true", "yes", "on")
+URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 # -- template macros ----------------------------------------------------------------------
@@ -106,8 +116,13 @@ def _text(value: Any) -> str:
 
 
 @pass_context
-def setting(ctx: JinjaContext, name: str, default: str = "", required: bool = False) -> str:
-    """Setting `name`: the DAG-run param, else the Variable `sharestate_<name>`, else `default`."""
+def setting(ctx: JinjaContext, name: str, default: str = "", required: bool = False,
+            locations: bool = False) -> str:
+    """Setting `name`: the DAG-run param, else the Variable `sharestate_<name>`, else `default`.
+
+    With `locations`, each of its items (see `options`) must be an absolute path or a URI:
+    the tasks run in different working directories, so a relative path has no one meaning.
+    """
     value = (ctx.get("params") or {}).get(name)
     if _blank(value):
         variables = (ctx.get("var") or {}).get("value")
@@ -117,7 +132,14 @@ def setting(ctx: JinjaContext, name: str, default: str = "", required: bool = Fa
             raise AirflowFailException(f"sharestate: set the DAG param {name!r} or the Airflow "
                                        f"Variable {VARIABLE_PREFIX + name!r}")
         value = default
-    return _text(value)
+    text = _text(value)
+    if locations:
+        for item in _items(text):
+            if not (item.startswith("/") or URI.match(item)):
+                raise AirflowFailException(
+                    f"sharestate: the setting {name!r} must be an absolute path or a URI, not "
+                    f"{item!r} (the tasks run in different working directories)")
+    return text
 
 
 def _interval(ctx: JinjaContext) -> tuple[datetime, datetime]:
@@ -154,6 +176,10 @@ def option(flag: str, value: str) -> str:
 def options(flag: str, value: str) -> str:
     """One `flag=item` line per item of `value`: a JSON list, a JSON object (items
     `key=value`) or whitespace-separated words; '' when there are none."""
+    return "\n".join(f"{flag}={item}" for item in _items(value))
+
+
+def _items(value: str) -> list[str]:
     text = value.strip()
     items: list[str]
     if text.startswith(("[", "{")):
@@ -162,7 +188,7 @@ def options(flag: str, value: str) -> str:
                  else [_text(v) for v in parsed])
     else:
         items = text.split()
-    return "\n".join(f"{flag}={item}" for item in items if item)
+    return [item for item in items if item]
 
 
 def switch(flag: str, value: str) -> str:
@@ -187,7 +213,8 @@ class SharestateSparkSubmitOperator(SparkSubmitOperator):
     On top of the base operator: `spark_conn_id` is templated; `extra_conf` (templated, a JSON
     object) is merged into `conf`; each rendered `application_args` item is split into lines
     and blank lines dropped (so optional arguments render to ''); exit status 1 (findings)
-    succeeds with a warning and XCom `findings=True` unless `fail_on_findings` renders true.
+    succeeds with a warning and XCom `findings=True` unless `fail_on_findings` renders true;
+    exit status 2 (a setting to fix) fails without retries.
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields,
@@ -208,6 +235,14 @@ class SharestateSparkSubmitOperator(SparkSubmitOperator):
         try:
             super().execute(context)
         except AirflowException:
+            status = self._exit_status()
+            if status == USAGE_EXIT:
+                raise AirflowFailException(
+                    f"{self.task_id}: bad arguments or an environment that cannot run (exit "
+                    f"{USAGE_EXIT}): fix the settings; not retried") from None
+            if status == INTERNAL_EXIT:
+                self.log.error("%s: internal error in sharestate (exit %d): a bug, see the "
+                               "traceback above; retrying", self.task_id, INTERNAL_EXIT)
             if not self._completed_with_findings():
                 raise
             if str(self.fail_on_findings).strip().lower() in TRUE:
@@ -231,12 +266,17 @@ class SharestateSparkSubmitOperator(SparkSubmitOperator):
             raise AirflowFailException("spark_conf must be a JSON object of Spark settings")
         return {str(k): _text(v) for k, v in extra.items()}
 
+    def _exit_status(self) -> int | None:
+        """spark-submit's exit status (the driver's in client/local mode), if known."""
+        process = getattr(self._hook, "_submit_sp", None)
+        status = getattr(process, "returncode", None)
+        return status if isinstance(status, int) else None
+
     def _completed_with_findings(self) -> bool:
         """Whether the job exited 1 *after* printing its closing line, `tables in ... (run
-        ID)`: an uncaught Python exception exits 1 too. Known only in client/local mode (the
+        ID)`: spark-submit's own failures exit 1 too. Known only in client/local mode (the
         exit status and output of spark-submit); elsewhere exit 1 stays a failure."""
-        process = getattr(self._hook, "_submit_sp", None)
-        if getattr(process, "returncode", None) != FINDINGS_EXIT:
+        if self._exit_status() != FINDINGS_EXIT:
             return False
         run_ids = [arg.split("=", 1)[1] for arg in self.application_args or []
                    if arg.startswith("--run-id=")]
@@ -246,15 +286,21 @@ class SharestateSparkSubmitOperator(SparkSubmitOperator):
 
 
 class QualityGateOperator(BashOperator):
-    """Runs the quality command: 0 passes; 1 (a gate failed) fails without retrying."""
+    """Runs the quality command: 0 passes; 1 (a gate failed) and 2 (bad settings) fail
+    without retrying; anything else (3 the gate could not run, 70 a bug) is retried."""
 
     def execute(self, context: Any) -> Any:
         try:
             return super().execute(context)
         except AirflowException:
             process = getattr(self.subprocess_hook, "sub_process", None)
-            if getattr(process, "returncode", None) == GATE_FAILED_EXIT:
+            status = getattr(process, "returncode", None)
+            if status == FINDINGS_EXIT:
                 raise AirflowFailException("sharestate: a data-quality gate failed") from None
+            if status == USAGE_EXIT:
+                raise AirflowFailException(
+                    f"sharestate: the quality command's arguments or settings are bad (exit "
+                    f"{USAGE_EXIT}); not retried") from None
             raise
 
 
@@ -264,20 +310,22 @@ SPARK_CONF = {
     "spark.sharestate.interval": "{{ interval_start() }}/{{ interval_end() }}",
     "spark.sharestate.airflow.dag_run": "{{ run_id }}",
 }
-WAREHOUSE = "--warehouse={{ setting('warehouse', required=True) }}"
+WAREHOUSE_SETTING = "{{ setting('warehouse', required=True, locations=True) }}"
+WAREHOUSE = f"--warehouse={WAREHOUSE_SETTING}"
 RUN_ID = "--run-id={{ pipeline_run_id() }}"
 AS_OF = "--as-of-time={{ interval_end() }}"
 DELIVERY_LIMIT = "{{ option('--delivery-limit', setting('delivery_limit')) }}"
 JOB_ARGS: dict[str, list[str]] = {
     "ingest": [WAREHOUSE, RUN_ID,
-               "{{ options('--source', setting('source', required=True)) }}",
+               "{{ options('--source', setting('source', required=True, locations=True)) }}",
                "{{ options('--kafka-option', setting('kafka_options')) }}",
                "{{ switch('--full', setting('full_ingest', 'false')) }}"],
     "decode": [WAREHOUSE, RUN_ID],
     "replay": [WAREHOUSE, RUN_ID, AS_OF, "{{ option('--semantics', setting('semantics')) }}",
                DELIVERY_LIMIT],
     "analytics": [WAREHOUSE, RUN_ID, AS_OF,
-                  "{{ option('--end-offsets', setting('end_offsets')) }}", DELIVERY_LIMIT],
+                  "{{ option('--end-offsets', setting('end_offsets', locations=True)) }}",
+                  DELIVERY_LIMIT],
 }
 TIMEOUTS = {"ingest": timedelta(hours=2), "decode": timedelta(hours=1),
             "replay": timedelta(hours=2), "analytics": timedelta(hours=1),
@@ -304,7 +352,8 @@ PARAMS = {
                             "in the worker's environment)", "object"),
     "full_ingest": _param("re-ingest every segment", "boolean"),
     "fail_on_findings": _param("fail a Spark task whose job exits 1 (findings)", "boolean"),
-    "quality_command": _param("data-quality command (bash); exit 1 = a gate failed"),
+    "quality_command": _param("data-quality command (bash); exit 1 = a gate failed, 2 = bad "
+                              "settings (neither retried)"),
 }
 
 with DAG(
@@ -351,7 +400,7 @@ with DAG(
         task_id="quality",
         bash_command="{{ setting('quality_command', defaults.quality_command) }}",
         env={
-            "SHARESTATE_WAREHOUSE": "{{ setting('warehouse', required=True) }}",
+            "SHARESTATE_WAREHOUSE": WAREHOUSE_SETTING,
             "SHARESTATE_RUN_ID": "{{ pipeline_run_id() }}",
             "SHARESTATE_INTERVAL_START": "{{ interval_start() }}",
             "SHARESTATE_INTERVAL_END": "{{ interval_end() }}",

@@ -33,7 +33,13 @@ pyspark only inside functions; it needs Spark only when a backend is used.
 
 from sharestate.lake.base import ActiveFile, Commit, Lake, Produce, TablePath, Target
 from sharestate.lake.partitions import PARTITION_TYPES, PartitionSpec
-from sharestate.lake.select import BACKEND_CONF, BACKENDS, delta_classes_loaded, open_lake
+from sharestate.lake.select import (
+    BACKEND_CONF,
+    BACKENDS,
+    BackendError,
+    delta_classes_loaded,
+    open_lake,
+)
 from sharestate.lake.views import find_tables, register_views
 
 __all__ = [
@@ -41,6 +47,7 @@ __all__ = [
     "BACKEND_CONF",
     "PARTITION_TYPES",
     "ActiveFile",
+    "BackendError",
     "Commit",
     "Lake",
     "PartitionSpec",

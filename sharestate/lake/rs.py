@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable
 from deltalake import Schema as DeltaSchema
 from deltalake.transaction import AddAction, RemoveAction
@@ -72,6 +73,21 @@ UNSUPPORTED_READER_FEATURES = frozenset({"deletionVectors", "columnMapping"})
 
 def _root(path: TablePath) -> str:
     return os.path.abspath(os.fspath(path))
+
+
+def read_table(path: TablePath, columns: Sequence[str] | None = None) -> pa.Table:
+    """The table's active files (the columns asked for) as one Arrow table, read here.
+
+    The files are read through Arrow's own local file system, never delta-rs's default (a
+    file system implemented in Python): with that one Arrow's I/O threads call into Python,
+    and one still releasing a Python-owned buffer as the interpreter exits takes the GIL
+    after finalisation began, which kills the thread inside a C++ destructor and aborts the
+    process (`terminate called without an active exception`, exit 134) after its work.
+    """
+    root = _root(path)
+    local = pafs.SubTreeFileSystem(root, pafs.LocalFileSystem())
+    return _readable(root, None).to_pyarrow_table(columns=list(columns) if columns else None,
+                                                  filesystem=local)
 
 
 class RsLake(Lake):
@@ -160,8 +176,7 @@ class RsLake(Lake):
 
     def read_arrow(self, path: TablePath, columns: Sequence[str] | None = None) -> pa.Table:
         """Read on the driver by delta-rs, no Spark job."""
-        table = _readable(path, None)
-        return table.to_pyarrow_table(columns=list(columns) if columns else None)
+        return read_table(path, columns)
 
     def version(self, path: TablePath) -> int:
         return int(DeltaTable(_root(path)).version())

@@ -14,6 +14,11 @@ BACKEND_CONF = "spark.sharestate.lake.backend"
 DELTA_CLASS = "io.delta.tables.DeltaTable"
 
 
+class BackendError(ValueError):
+    """The Delta backend asked for cannot run in this session: an unknown name, or `jvm`
+    without Delta's classes on the classpath. A setting to fix, not a bug: one line."""
+
+
 def delta_classes_loaded(spark: SparkSession) -> bool:
     """Whether the session's JVM can load Delta's classes (False without a local JVM)."""
     jvm = getattr(spark, "_jvm", None)
@@ -26,12 +31,18 @@ def open_lake(spark: SparkSession, backend: str | None = None) -> Lake:
     """The lake for `spark`: `backend`, else the session's `spark.sharestate.lake.backend`.
 
     `auto` (the default) picks `jvm` when Delta's classes are on the classpath, else `rs`.
+    Raises `BackendError` for an unknown name, or `jvm` where Delta's classes are missing.
     """
     name = backend or spark.conf.get(BACKEND_CONF, "auto") or "auto"
     if name not in BACKENDS:
-        raise ValueError(f"unknown lake backend {name!r}; choose one of {', '.join(BACKENDS)}")
+        raise BackendError(f"unknown lake backend {name!r}; choose one of {', '.join(BACKENDS)}")
     if name == "auto":
         name = "jvm" if delta_classes_loaded(spark) else "rs"
+    elif name == "jvm" and not delta_classes_loaded(spark):
+        raise BackendError(
+            f"the jvm lake backend needs Delta's jars on Spark's classpath ({DELTA_CLASS} "
+            "cannot be loaded): add --packages io.delta:delta-spark_2.13:<version> or "
+            f"--conf spark.jars=..., or use {BACKEND_CONF}=rs")
     if name == "jvm":
         from sharestate.lake.jvm import JvmLake
 

@@ -9,6 +9,10 @@ counting in the uncompressed stream), a partition directory (`<topic>-<partition
 file (a FIFO, a device, a directory, a symlink loop) or cannot be opened is one
 `unreadable_segment` finding, never a hang; the bytes read are bounded by the file's size
 and by Kafka's largest segment (see `streams`), and every finding names its segment.
+
+A folder name is trusted only when it names one of the internal topics: a segment in
+`backups-2026-11-23/` is of no known topic or partition (its topic is then detected from its
+records), and `Segment.note` says why.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ class Segment:
     partition: int | None
     base_offset: int | None
     gzipped: bool
+    note: str | None = None
+    """Why the path names no topic-partition, when it looks as if it did."""
 
     def open(self) -> BinaryIO:
         """The segment's bytes as a binary stream (inflated when gzipped, bounded as
@@ -106,17 +112,23 @@ def _resolved(path: Path) -> Path:
         return path.absolute()
 
 
-def segment_of(path: Path) -> Segment:
-    """The `Segment` for a file path, with topic/partition from its parent directory."""
+def segment_of(path: Path, topics: Collection[str] = INTERNAL_TOPICS) -> Segment:
+    """The `Segment` for a file path, with topic/partition from its parent directory when
+    that is named `<topic>-<partition>` for one of `topics`."""
     name = path.name
     gzipped = name.endswith(".log.gz")
     if not (gzipped or name.endswith(".log")):
         raise SourceError(f"{path}: not a log segment (expected *.log or *.log.gz)")
     named = _SEGMENT_FILE.fullmatch(name)
-    parent = _PARTITION_DIR.fullmatch(_resolved(path).parent.name)
-    return Segment(path, parent["topic"] if parent else None,
-                   int(parent["partition"]) if parent else None,
-                   int(named["base"]) if named else None, gzipped)
+    folder = _resolved(path).parent.name
+    parent = _PARTITION_DIR.fullmatch(folder)
+    base = int(named["base"]) if named else None
+    if parent is None:
+        return Segment(path, None, None, base, gzipped)
+    if parent["topic"] not in topics:
+        return Segment(path, None, None, base, gzipped, note=(
+            f"folder {folder!r} is not <topic>-<partition> of {' or '.join(topics)}"))
+    return Segment(path, parent["topic"], int(parent["partition"]), base, gzipped)
 
 
 def _listing(directory: Path) -> list[Path]:
@@ -126,10 +138,10 @@ def _listing(directory: Path) -> list[Path]:
         raise SourceError(f"cannot list {directory}: {exc.strerror or exc}") from None
 
 
-def _partition_segments(directory: Path) -> list[Segment]:
+def _partition_segments(directory: Path, topics: Collection[str]) -> list[Segment]:
     """Every entry named like a segment: one that is not a readable file is a finding
     when it is read, not skipped."""
-    segments = [segment_of(entry) for entry in _listing(directory)
+    segments = [segment_of(entry, topics) for entry in _listing(directory)
                 if _SEGMENT_FILE.fullmatch(entry.name)]
     return sorted(segments, key=lambda s: (s.base_offset or 0, s.gzipped))
 
@@ -148,9 +160,9 @@ def _directory_segments(directory: Path, topics: Collection[str]) -> list[Segmen
     partitions = _partition_dirs(directory, topics)
     if partitions:
         return [segment for partition in partitions
-                for segment in _partition_segments(partition)]
+                for segment in _partition_segments(partition, topics)]
     if _PARTITION_DIR.fullmatch(directory.resolve().name):
-        return _partition_segments(directory)
+        return _partition_segments(directory, topics)
     raise SourceError(f"{directory}: neither a partition directory (<topic>-<partition>) nor "
                       f"a log directory holding partitions of {', '.join(topics)}")
 
@@ -177,7 +189,7 @@ def discover(sources: Iterable[str | os.PathLike[str]], *,
         if path.is_dir():
             found.extend(_directory_segments(path, topics))
         else:
-            found.append(segment_of(path))
+            found.append(segment_of(path, topics))
     seen: set[Path] = set()
     unique: list[Segment] = []
     for segment in found:

@@ -39,6 +39,9 @@ class SimulationConfig:
     segment_bytes: int = DEFAULT_SEGMENT_BYTES
     orphaned_state: bool = False
     stuck_deleting: bool = False
+    poison_rate: float = 0.0
+    """Fraction of produced records no consumer can process (the same ones for every group):
+    released on each delivery until Kafka archives them at the delivery limit."""
 
     def check(self) -> None:
         """Raise ValueError for settings that cannot be simulated."""
@@ -52,6 +55,8 @@ class SimulationConfig:
         for name, value in positive.items():
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, not {value}")
+        if not 0 <= self.poison_rate < 1:
+            raise ValueError(f"poison_rate must be in [0, 1), not {self.poison_rate}")
         if self.snapshot_limit < 0 or self.linger_ms < 0:
             raise ValueError("snapshot_limit and linger_ms cannot be negative")
         if self.codec not in COMPRESSION_NAMES:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import base64
 import random
 import time
+import zlib
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable
@@ -70,6 +71,28 @@ _EVENT_RATES = (("commit_offsets", 0.004), ("leader_change", 0.0004), ("offset_r
 """Per-step probabilities of the rarer events; the other steps are share-partition activity."""
 _KINDS = (ACCEPT, RELEASE, REJECT)
 _ACCEPT_ALL, _RELEASE_ALL, _REJECT_ALL = (((0, kind),) for kind in _KINDS)
+
+
+def poison_record(rate: float, key: ShareKey, offset: int) -> bool:
+    """Whether the record at `offset` of the share-partition's topic-partition is one no
+    consumer can process, at `rate` (decided by the record alone: every group fails on it)."""
+    mark = zlib.crc32(f"{key.topic_id}:{key.partition}:{offset}".encode())
+    return mark < rate * 0x1_0000_0000
+
+
+def _around(first: int, last: int, poison: list[int]) -> tuple[tuple[int, str], ...]:
+    """Acknowledgement pieces for [first, last]: each offset of `poison` (ascending) released
+    on its own, the records between accepted (the last piece takes what is left)."""
+    pieces: list[tuple[int, str]] = []
+    at = first
+    for offset in poison:
+        if offset > at:
+            pieces.append((offset - at, ACCEPT))
+        pieces.append((1, RELEASE))
+        at = offset + 1
+    if at <= last:
+        pieces.append((last - at + 1, ACCEPT))
+    return tuple(pieces)
 _IDLE_MS = (60_000, 900_000)
 """How long an idle group stays without consumers (uniform range)."""
 _NEVER = 1 << 62
@@ -317,7 +340,15 @@ class _Simulation:
             d = leader.deliveries[index]
             pieces = ((1 + int(random() * (d.last - d.first + 1)), _KINDS[int(random() * 3)]),
                       (0, _KINDS[int(random() * 3)]))
+        if self.config.poison_rate:
+            d = leader.deliveries[index]
+            poison = [o for o in range(d.first, d.last + 1) if self.poison(leader.key, o)]
+            if poison:  # the consumer fails on those records: it releases them, accepts the rest
+                pieces = _around(d.first, d.last, poison)
         return leader.acknowledge(index, pieces)
+
+    def poison(self, key: ShareKey, offset: int) -> bool:
+        return poison_record(self.config.poison_rate, key, offset)
 
     def write(self, leader: SharePartitionLeader, batches: list[StateBatch],
               leader_epoch: int | None = None, state_epoch: int | None = None,

@@ -1,13 +1,14 @@
 """Run the suites with Great Expectations on Spark and collect one result per check.
 
-    result = run_gate(spark, "warehouse", load_config(), run_id="r1",
-                      docs_dir=Path("warehouse/_docs/quality"))
+    result = run_gate(spark, "/lake/sharestate", load_config(), run_id="r1",
+                      docs_dir=Path("/lake/sharestate/_docs/quality"))
     result.failed()        # checks at or above config.fail_on that did not pass
 
 Each suite's frame is built from the warehouse's Delta tables (through `open_lake`),
 cached while its expectations run, and validated by a Spark data source of an ephemeral
 GE context. A table that does not exist fails that suite's `table_exists` check. With
-`docs_dir`, GE's Data Docs (HTML) for this run are written there, replacing older ones.
+`docs_dir` (absolute: GE refuses a relative one; the commands resolve paths where they
+enter), GE's Data Docs (HTML) for this run are written there, replacing older ones.
 """
 
 from __future__ import annotations

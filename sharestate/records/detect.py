@@ -33,6 +33,8 @@ class Detection:
     sampled: int
     failures: dict[tuple[str, str], tuple[int, int]]
     forced: bool
+    topic_detected: bool = False
+    """Whether the topic, too, was chosen from the records (nothing named it)."""
 
     def describe(self) -> str:
         if self.forced:
@@ -43,8 +45,14 @@ class Detection:
         scores = ", ".join(f"{d}: {bad} + {unknown} of unknown type"
                            for (t, d), (bad, unknown) in sorted(self.failures.items())
                            if t == self.topic)
+        topic = ""
+        if self.topic_detected:
+            others = {t: min(sum(f) for (t2, _), f in self.failures.items() if t2 == t)
+                      for t, _ in self.failures if t != self.topic}
+            topic = "; topic detected from the records" + "".join(
+                f" (as {t}, {n} would fail)" for t, n in sorted(others.items()))
         return (f"{self.topic}, dialect {self.dialect} (auto: {self.sampled} records sampled;"
-                f" failures by dialect {scores})")
+                f" failures by dialect {scores}{topic})")
 
 
 def detect(sample: Iterable[tuple[bytes | None, bytes | None]], *, topic: str | None,
@@ -69,4 +77,4 @@ def detect(sample: Iterable[tuple[bytes | None, bytes | None]], *, topic: str | 
     readable = len(records) - sum(failures[best])
     return Detection(topic=best[0] if topic or readable else None, dialect=best[1],
                      sampled=len(records), failures=failures,
-                     forced=bool(topic and dialect_name))
+                     forced=bool(topic and dialect_name), topic_detected=not topic)

@@ -2,9 +2,11 @@
 
 A source argument may hold many segments of many partitions (a `log.dirs` root). Replay
 works per topic-partition, so segments are grouped by (topic, partition) and ordered by
-base offset. A segment whose path does not name its partition (a loose file) is a log of its
-own. Each segment's topic and dialect are detected from its records (or pinned by the caller);
-a segment whose topic cannot be told belongs to no log and is a finding of its own.
+base offset. Segments whose path names no partition are one log per folder when they bear
+Kafka's segment names (`<20-digit base offset>.log`: consecutive segments of one partition),
+else (loose files) a log each. Each segment's topic and dialect are detected from its records
+(or pinned by the caller); a segment whose topic cannot be told belongs to no log and is a
+finding of its own.
 """
 
 from __future__ import annotations
@@ -50,7 +52,10 @@ END = AsOf()
 def parse_time(text: str) -> int:
     """ISO 8601 (`2026-11-21T10:00:00Z`, offset or naive = UTC) or epoch ms -> epoch ms."""
     if text.lstrip("-").isdigit():
-        return int(text)
+        millis = int(text)
+        if not -(2**63) <= millis < 2**63:
+            raise ValueError(f"epoch milliseconds out of range (64-bit): {text}")
+        return millis
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
@@ -126,7 +131,8 @@ def partition_logs(segments: list[Segment], *, dialect: str | None = None,
             unknown.extend(item for item in segment_batches(segment, detection, limits=limits)
                            if isinstance(item, Finding))
             continue
-        ident: object = segment.partition if segment.partition is not None else segment.path
+        ident: object = segment.partition if segment.partition is not None else (
+            segment.path.resolve().parent if segment.base_offset is not None else segment.path)
         log = logs.get((detection.topic, ident))
         if log is None:
             log = logs[(detection.topic, ident)] = PartitionLog(detection.topic,

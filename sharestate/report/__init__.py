@@ -37,10 +37,13 @@ def write_report(warehouse: str | Path, out: str | Path, *, backend: str | None 
     if not find_tables(warehouse):
         raise ReportError(f"no Delta tables under {warehouse}")
     if spark is None:
-        from pipelines.session import build_session
+        from pipelines.session import SettingError, build_session
 
-        spark = build_session("sharestate-report", ui=False,
-                              conf={"spark.sharestate.lake.backend": backend} if backend else {})
+        try:
+            spark = build_session("sharestate-report", ui=False, conf={
+                "spark.sharestate.lake.backend": backend} if backend else {})
+        except SettingError as exc:
+            raise ReportError(str(exc)) from None
     page = render(load(spark, str(Path(warehouse).resolve())))
     target = Path(out)
     try:

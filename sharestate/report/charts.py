@@ -34,28 +34,47 @@ def _times(values: Any) -> Any:
 
 
 def lag_over_time(series: Any, current: Any) -> go.Figure | None:
-    """Lag per group over time (lower bound from the state), plus exact current lag."""
-    if series.empty:
+    """Two panels with axes of their own: per group, the lag over time as a lower bound
+    (derived from the state alone) and, beside it, the lag now, exact where end offsets
+    were given and labelled a lower bound where not. One axis for both would scale the
+    history by the exact values (often orders of magnitude larger) and flatten it."""
+    if series.empty and current.empty:
         return None
-    fig = go.Figure()
-    for number, (group, rows) in enumerate(series.groupby("group_id", sort=True)):
-        color = PALETTE[number % len(PALETTE)]
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.72, 0.28], horizontal_spacing=0.09,
+                        subplot_titles=("over time: lower bound (from the state)",
+                                        "now: exact where end offsets were given"))
+    groups = sorted({str(g) for g in series.get("group_id", [])}
+                    | {str(g) for g in current.get("group_id", [])})
+    colors = {group: PALETTE[number % len(PALETTE)] for number, group in enumerate(groups)}
+    history = series.groupby("group_id", sort=True) if not series.empty else []
+    for group, rows in history:
         fig.add_trace(go.Scatter(
-            x=_times(rows["time_ms"]), y=rows["lag"], name=str(group), mode="lines",
-            line={"width": 2, "color": color, "shape": "hv"},
+            x=_times(rows["time_ms"]), y=rows["lag"], name=f"{group} (lower bound)",
+            legendgroup=str(group), mode="lines",
+            line={"width": 2, "color": colors[str(group)], "shape": "hv"},
             customdata=rows[["partitions"]],
             hovertemplate="%{x|%H:%M:%S}<br>lag ≥ %{y:,}<br>%{customdata[0]} partitions"
-                          "<extra>%{fullData.name}</extra>"))
-        exact = current[(current["group_id"] == group) & ~current["lower_bound"].astype(bool)] \
-            if not current.empty else current
-        if not exact.empty:
-            fig.add_trace(go.Scatter(
-                x=_times(exact["time_ms"]), y=exact["lag"], name=f"{group} (exact now)",
-                mode="markers", marker={"symbol": "diamond", "size": 11, "color": color,
-                                        "line": {"width": 1, "color": "#1f2933"}},
-                hovertemplate="exact lag %{y:,}<extra>%{fullData.name}</extra>"))
-    return _layout(fig, yaxis={"title": "records behind", "rangemode": "tozero"},
-                   xaxis={"title": None}, hovermode="x unified")
+                          "<extra>%{fullData.name}</extra>"), row=1, col=1)
+    if not current.empty:
+        lower = current["lower_bound"].astype(bool)
+        kinds = ["lower bound" if flag else "exact" for flag in lower]
+        fig.add_trace(go.Bar(
+            x=[str(g) for g in current["group_id"]], y=current["lag"], showlegend=False,
+            marker={"color": [colors[str(g)] for g in current["group_id"]],
+                    "pattern": {"shape": ["/" if flag else "" for flag in lower]}},
+            text=[f"≥ {int(v):,}" if flag else f"{int(v):,}"
+                  for v, flag in zip(current["lag"], lower, strict=True)],
+            textposition="outside", cliponaxis=False, customdata=kinds,
+            hovertemplate="%{x}: lag %{y:,} (%{customdata})<extra></extra>"), row=1, col=2)
+    fig.update_yaxes(title_text="records behind (at least)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="records behind now", rangemode="tozero", row=1, col=2)
+    fig.update_xaxes(type="category", row=1, col=2)
+    fig.update_annotations(font={"size": 12, "color": "#5f6b7a"})
+    return _layout(fig, hovermode="closest", margin={"l": 60, "r": 20, "t": 56, "b": 44},
+                   legend={"orientation": "h", "yanchor": "top", "y": -0.12, "xanchor": "left",
+                           "x": 0})
 
 
 def delivery_histogram(counts: Any) -> go.Figure | None:

@@ -131,7 +131,7 @@ QUERIES: dict[str, str] = {
         SELECT ingest_run, finished_at FROM ingest_runs ORDER BY finished_at DESC LIMIT 1""",
     "quality": """
         SELECT run_id, run_at, suite, check, severity, success, blocking, unexpected, rows,
-               description, docs_index,
+               description, docs_index, sample_json,
                CASE WHEN success THEN 'passed' WHEN blocking THEN 'failed' ELSE 'failed (not '
                     || 'blocking)' END AS outcome
         FROM quality_results WHERE run_id = (SELECT max_by(run_id, run_at) FROM quality_results)

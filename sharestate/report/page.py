@@ -17,6 +17,27 @@ Formatter = Callable[[Any], str]
 Column = tuple[str, str, Formatter]
 """(frame column, header, formatter)."""
 DASH, MINUS = "\u2013", "\u2212"
+QUALITY_ANCHOR = "quality"
+
+AGES_JS = """
+(function () {
+  function age(ms) {
+    var s = Math.max(0, Math.floor(ms / 1000));
+    var units = [["d", 86400], ["h", 3600], ["min", 60]];
+    for (var i = 0; i < units.length; i++)
+      if (s >= units[i][1]) return Math.floor(s / units[i][1]) + " " + units[i][0];
+    return s + " s";
+  }
+  function update() {
+    document.querySelectorAll("[data-since]").forEach(function (el) {
+      el.textContent = "(" + age(Date.now() - Number(el.dataset.since)) + " ago)";
+    });
+  }
+  update();
+  setInterval(update, 30000);
+})();
+"""
+"""Keeps every "(… ago)" current while the page is open (the page is static HTML)."""
 
 CSS = """
 :root { --ink:#1f2933; --muted:#5f6b7a; --line:#e3e8ee; --bg:#f3f5f8; --card:#fff;
@@ -70,6 +91,7 @@ tr:hover td { background:#f8f9fb; }
 .sev.warning { color:var(--amber); background:var(--amber-bg); }
 .sev.info, .sev.passed { color:var(--green); background:var(--green-bg); }
 .scroll { max-height:420px; overflow:auto; }
+td code { font-size:11.5px; word-break:break-all; color:var(--grey); }
 footer { color:var(--muted); font-size:12px; text-align:center; padding:10px 0 24px; }
 @media (max-width: 1000px) { .grid { grid-template-columns:1fr; } }
 """
@@ -86,7 +108,7 @@ def render(data: ReportData) -> str:
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>sharestate report · {html.escape(Path(data.warehouse).name)}</title>"
             f"<style>{CSS}</style><script>{get_plotlyjs()}</script></head>"
-            f"<body>{body}</body></html>\n")
+            f"<body>{body}<script>{AGES_JS}</script></body></html>\n")
 
 
 # -- header ------------------------------------------------------------------------------
@@ -99,7 +121,7 @@ def _header(data: ReportData) -> str:
     else:
         finished = int(last["finished_at"].iloc[0])
         run = (f"last ingest run <b>{html.escape(str(last['ingest_run'].iloc[0]))}</b> "
-               f"finished <b>{_time(finished)}</b> ({_age(data.generated_ms - finished)} ago)")
+               f"finished <b>{_time(finished)}</b> {_ago(finished, data.generated_ms)}")
     return (f"<header><h1>sharestate · share-group state report</h1>"
             f"<div class=\"meta\">warehouse <b>{html.escape(data.warehouse)}</b> · {run} · "
             f"generated {_time(data.generated_ms)}</div>{_inputs_line(data)}"
@@ -147,9 +169,13 @@ def _badges(data: ReportData) -> list[str]:
                              f"{decode:,} decode errors" if decode else "no decode errors"))
     current = data.frames["current_lag"]
     if not current.empty:
-        exact = not current["lower_bound"].astype(bool).any()
-        badges.append(_badge("grey", "lag exact (end offsets given)" if exact
-                             else "lag is a lower bound (no end offsets)"))
+        exact = int((~current["lower_bound"].astype(bool)).sum())
+        groups = len(current)
+        badges.append(_badge("grey", "lag is a lower bound (no end offsets)" if not exact else
+                             "lag now exact (end offsets given), over time a lower bound"
+                             if exact == groups else
+                             f"lag now exact for {exact} of {groups} groups, else a lower "
+                             "bound"))
     if data.missing:
         badges.append(_badge("grey", f"{len(data.missing)} tables missing"))
     return badges
@@ -176,7 +202,8 @@ def _attention(data: ReportData) -> str:
         return ""
     parts = []
     if not failed.empty:
-        parts.append("<h3>Failed quality checks</h3>")
+        parts.append(f"<h3>Failed quality checks <a href=\"#{QUALITY_ANCHOR}\">(all checks and "
+                     "examples)</a></h3>")
         parts.append(_table(failed, [
             ("severity", "severity", _severity), ("suite", "suite", str),
             ("check", "check", str), ("unexpected", "rows", _int),
@@ -198,13 +225,13 @@ def _attention(data: ReportData) -> str:
 def _charts(data: ReportData) -> str:
     f = data.frames
     sections = [
-        _card("Lag over time per share group",
-              f"Records behind, summed over the group's share-partitions: end offset {MINUS} SPSO "
-              f"{MINUS} "
-              "delivery-complete count, with the end offset taken as the offset after the last "
-              "in-flight record (a lower bound). Diamonds: exact lag now, where end offsets "
-              "were given.", _figure(charts.lag_over_time(f["lag_over_time"], f["current_lag"])),
-              wide=True),
+        _card("Lag per share group",
+              f"Records behind, summed over the group's share-partitions: end offset {MINUS} "
+              f"SPSO {MINUS} delivery-complete count. Over time (left) the end offset is taken "
+              "as the offset after the last in-flight record, so the lag shown is a lower bound; "
+              "now (right) it is exact where end offsets were given, and hatched (a lower "
+              "bound) where not. Each panel has its own scale.",
+              _figure(charts.lag_over_time(f["lag_over_time"], f["current_lag"])), wide=True),
         _card("Delivery counts of in-flight records",
               "Records at or above the SPSO now, by times delivered and delivery state.",
               _figure(charts.delivery_histogram(f["delivery_counts"]))),
@@ -257,32 +284,49 @@ def _tables(data: ReportData) -> str:
         ("cold_snapshot_prune_offset", "after cold snapshot", _int),
         ("cold_snapshot_reclaimable_bytes", "then reclaimable", _bytes),
         ("live_keys", "live keys", _int), ("holding_keys", "holding", _int)])
-    quality = f["quality"]
-    gate = _table(quality, [
-        ("outcome", "result", _outcome), ("severity", "severity", str),
-        ("suite", "suite", str), ("check", "check", str),
-        ("rows", "rows", _int), ("unexpected", "unexpected", _int)], scroll=True)
-    docs = ""
-    if not quality.empty and isinstance(quality["docs_index"].iloc[0], str):
-        uri = Path(quality["docs_index"].iloc[0]).resolve().as_uri()
-        link = html.escape(uri)
-        docs = f"<p class=\"hint\">Data Docs: <a href=\"{link}\">{link}</a></p>"
+    gate = _quality(f["quality"])
     return "<div class=\"grid\">" + "".join([
         _card("Audit findings", "Every rule that fired, worst first.", findings, wide=True),
         _card("Inputs covered (ingest_runs)", "What the pipeline has read, per topic.", inputs,
               wide=True),
         _card("Prune recommendations", "Per state partition.", prune, wide=True),
-        _card("Quality gate (latest run)", "Great Expectations checks over the gold tables.",
-              gate + docs, wide=True),
+        _card("Quality gate (latest run)", "Every Great Expectations check over the gold "
+              "tables, failed first, with examples of the rows that failed.", gate, wide=True,
+              anchor=QUALITY_ANCHOR),
     ]) + "</div>"
 
 
 # -- pieces ------------------------------------------------------------------------------
 
 
-def _card(title: str, hint: str, content: str, *, css: str = "", wide: bool = False) -> str:
+def _quality(quality: Any) -> str:
+    """The gate's latest run: every check, failed first, with its sample of failed rows; the
+    Data Docs only as a secondary link (their pages load styles and scripts from CDNs)."""
+    table = _table(quality, [
+        ("outcome", "result", _outcome), ("severity", "severity", str),
+        ("suite", "suite", str), ("check", "check", str), ("description", "what", _wrap),
+        ("rows", "rows", _int), ("unexpected", "unexpected", _int),
+        ("sample_json", "examples", _sample)], scroll=True)
+    if quality.empty or not isinstance(quality["docs_index"].iloc[0], str):
+        return table
+    link = html.escape(Path(quality["docs_index"].iloc[0]).resolve().as_uri())
+    return table + (f"<p class=\"hint\">Great Expectations' own Data Docs of this run: "
+                    f"<a href=\"{link}\">{link}</a> (they load their styles and scripts from "
+                    "public CDNs, so they need network access; this section does not)</p>")
+
+
+def _sample(value: Any) -> str:
+    """A check's sample of failed rows or values (JSON), compact."""
+    if _missing(value) or str(value) in ("", "[]", "null"):
+        return ""
+    return f"<code>{html.escape(str(value)[:400])}</code>"
+
+
+def _card(title: str, hint: str, content: str, *, css: str = "", wide: bool = False,
+          anchor: str | None = None) -> str:
     classes = " ".join(c for c in ("card", css, "wide" if wide else "") if c)
-    return (f"<section class=\"{classes}\"><h2>{html.escape(title)}</h2>"
+    ident = f" id=\"{anchor}\"" if anchor else ""
+    return (f"<section class=\"{classes}\"{ident}><h2>{html.escape(title)}</h2>"
             f"<p class=\"hint\">{html.escape(hint)}</p>{content}</section>")
 
 
@@ -364,6 +408,13 @@ def _time(ms: int) -> str:
 
 def _time_cell(value: Any) -> str:
     return "" if _missing(value) else _time(int(value))
+
+
+def _ago(since_ms: int, generated_ms: int) -> str:
+    """How long ago `since_ms` was: the page's script keeps it current wherever the page is
+    opened; the text it starts with (and keeps without scripts) says what it is relative to."""
+    return (f"<span class=\"ago\" data-since=\"{since_ms}\">({_age(generated_ms - since_ms)} "
+            "before this report was generated)</span>")
 
 
 def _age(ms: int) -> str:

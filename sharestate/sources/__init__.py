@@ -2,7 +2,8 @@
 
 Pure Python over confluent-kafka (no Spark): `parse_options` turns reader options into
 `KafkaReadOptions` (credentials held as `Secret`s), `plan_read` resolves them into offset
-ranges per topic-partition from the cluster's watermarks, and `read_range` reads one range
+ranges per topic-partition from the cluster's watermarks (`fetch_topic_ends`: the user
+topics' end offsets, for the lag), and `read_range` reads one range
 into Arrow batches of the raw schema `RAW_SCHEMA`. `pipelines.kafka_source` wraps these as
 the Spark data source `sharestate_kafka`.
 """
@@ -20,9 +21,12 @@ from sharestate.sources.kafka_plan import (
     CONSUMER_VISIBILITY,
     EARLIEST,
     LATEST,
+    ClusterUnreachable,
     KafkaPlan,
     KafkaSourceError,
     OffsetRange,
+    check_reachable,
+    fetch_topic_ends,
     plan_read,
     resolve_ranges,
 )
@@ -36,13 +40,16 @@ __all__ = [
     "RAW_DDL",
     "RAW_SCHEMA",
     "SENSITIVE",
+    "ClusterUnreachable",
     "KafkaOptionError",
     "KafkaPlan",
     "KafkaReadOptions",
     "KafkaSourceError",
     "OffsetRange",
     "Secret",
+    "check_reachable",
     "env_name",
+    "fetch_topic_ends",
     "parse_options",
     "plan_read",
     "read_range",

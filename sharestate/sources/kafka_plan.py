@@ -13,13 +13,15 @@ offsets, one Spark partition each. A pipeline plans on the driver, passes
 from __future__ import annotations
 
 import json
+import logging
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from sharestate.sources.kafka_options import KafkaOptionError, KafkaReadOptions
+from sharestate.sources.kafka_options import FORCED, KafkaOptionError, KafkaReadOptions
 
 EARLIEST = -2
 LATEST = -1
@@ -32,6 +34,50 @@ CONSUMER_VISIBILITY = (
 
 class KafkaSourceError(RuntimeError):
     """The cluster could not be read; the message never holds credentials."""
+
+
+class ClusterUnreachable(KafkaSourceError):
+    """No broker answered in time: an environment that cannot run (exit 2)."""
+
+
+def check_reachable(options: KafkaReadOptions, timeout_s: float) -> None:
+    """Raise ClusterUnreachable unless a broker answers a metadata request within
+    `timeout_s` seconds (a bounded check before any work). The client's own log lines are
+    kept out of sight; the last one names the cause (refused, not resolved, ...)."""
+    heard = _Heard()
+    log = logging.getLogger("sharestate.sources.probe")
+    log.propagate = False
+    log.handlers[:] = [heard]
+    try:
+        consumer = Consumer(
+            {**options.client_config("sharestate-probe"),
+             "socket.connection.setup.timeout.ms": max(int(timeout_s * 1000), 1000)},
+            logger=log)
+    except KafkaException as exc:
+        raise KafkaSourceError(options.redact(f"cannot create a Kafka client: {exc}")) from None
+    try:
+        consumer.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else exc
+        consumer.poll(0)  # serves the client's queued log lines to `heard`
+        reason = heard.last or (error.str() if hasattr(error, "str") else str(error))
+        raise ClusterUnreachable(options.redact(
+            f"cannot reach the cluster at {options.bootstrap_servers} within {timeout_s:g} s: "
+            f"{reason}")) from None
+    finally:
+        consumer.close()
+
+
+class _Heard(logging.Handler):
+    """Keeps the client's last error line, without its thread and broker prefix."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.last: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = record.getMessage().rsplit("]: ", 1)[-1]
+        self.last = re.sub(r"\s*\(after \d+ms in state \w+\)$", "", line)
 
 
 @dataclass(frozen=True)
@@ -146,6 +192,51 @@ def fetch_watermarks(options: KafkaReadOptions) -> dict[tuple[str, int], tuple[i
     except KafkaException as exc:
         raise KafkaSourceError(options.redact(
             f"cannot read watermarks from {options.bootstrap_servers}: {exc}")) from None
+    finally:
+        consumer.close()
+
+
+def fetch_topic_ends(options: KafkaReadOptions) -> dict[tuple[str, int], int]:
+    """End offset (high watermark: the next offset to be produced, as Kafka's share-group
+    lag takes it) of every partition of every user topic of the cluster, keyed by (name,
+    partition) and by (topic id, partition); the internal topics (`__*`) are left out."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    consumer_only = {"group.id", "isolation.level", *FORCED}
+    try:
+        # read_uncommitted: the high watermark, not a read_committed reader's stable offset
+        consumer = Consumer({**options.client_config("sharestate-planner"),
+                             "isolation.level": "read_uncommitted"})
+        admin = AdminClient({key: value for key, value in
+                             options.client_config("sharestate-planner").items()
+                             if key not in consumer_only})
+    except KafkaException as exc:
+        raise KafkaSourceError(options.redact(f"cannot create a Kafka client: {exc}")) from None
+    timeout = options.timeout_ms / 1000
+    try:
+        topics = {name: metadata for name, metadata in
+                  consumer.list_topics(timeout=timeout).topics.items()
+                  if not name.startswith("__") and metadata.error is None}
+        ids: dict[str, str] = {}
+        if topics:
+            described = admin.describe_topics(TopicCollection(sorted(topics)),
+                                              request_timeout=timeout)
+            # The client prints ids in standard base64; Kafka's records use URL-safe.
+            ids = {name: str(future.result().topic_id).replace("+", "-").replace("/", "_")
+                   for name, future in described.items()}
+        ends = {}
+        for name, metadata in topics.items():
+            for partition in sorted(metadata.partitions):
+                _, high = consumer.get_watermark_offsets(
+                    TopicPartition(name, partition), timeout=timeout, cached=False)
+                ends[(name, partition)] = high
+                if name in ids:
+                    ends[(ids[name], partition)] = high
+        return ends
+    except KafkaException as exc:
+        raise KafkaSourceError(options.redact(
+            f"cannot read end offsets from {options.bootstrap_servers}: {exc}")) from None
     finally:
         consumer.close()
 

@@ -1,0 +1,195 @@
+"""Bad values are refused at the edge: exit 2 and one line on stderr, before any work (no
+traceback, nothing coerced, nothing ignored). The Spark jobs' cases are refused before a
+JVM starts, so these tests need no Spark."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import conformance_dir
+
+from pipelines.run_all import main as run_all
+from sharestate.cli import main
+
+USAGE = 2
+HUGE = str(2**63)  # one past int64
+
+
+def _one_line(capsys: pytest.CaptureFixture[str], *words: str, after_work: bool = False) -> str:
+    """The one error line (`after_work`: after the lines naming what was read)."""
+    err = capsys.readouterr().err.strip().splitlines()
+    if after_work:
+        assert "Traceback" not in "\n".join(err)
+        err = [line for line in err if line.startswith("sharestate")]
+    assert len(err) == 1 and err[0].startswith("sharestate: error:"), err
+    assert all(word in err[0] for word in words), err
+    return err[0]
+
+
+@pytest.fixture
+def segment() -> str:
+    return str(conformance_dir("kafka-4.4-dev") / "share_tombstones.log")
+
+
+@pytest.mark.parametrize("command", ["state", "prune", "offsets"])
+@pytest.mark.parametrize("flag,value", [("--as-of-offset", HUGE), ("--as-of-offset", "-1"),
+                                        ("--as-of-offset", "1.5"), ("--as-of-time", HUGE),
+                                        ("--as-of-time", "-" + HUGE + "0")])
+def test_as_of_beyond_int64_or_negative(capsys: pytest.CaptureFixture[str], segment: str,
+                                        command: str, flag: str, value: str) -> None:
+    assert main([command, segment, flag, value]) == USAGE
+    _one_line(capsys, flag.lstrip("-").split("-")[0])
+
+
+@pytest.mark.parametrize("command", ["state", "prune"])
+@pytest.mark.parametrize("value", ["-1", "x", HUGE])
+def test_snapshot_update_records(capsys: pytest.CaptureFixture[str], segment: str,
+                                 command: str, value: str) -> None:
+    assert main([command, segment, "--snapshot-update-records", value]) == USAGE
+    _one_line(capsys, "--snapshot-update-records")
+
+
+def test_snapshot_update_records_zero_is_kafkas_every_write_a_snapshot(
+        capsys: pytest.CaptureFixture[str], segment: str) -> None:
+    assert main(["state", segment, "--snapshot-update-records", "0"]) in (0, 1)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc"])
+def test_retention_minutes(capsys: pytest.CaptureFixture[str], value: str) -> None:
+    offsets = conformance_dir("kafka-4.4-dev") / "consumer_offsets_txn.log"
+    assert main(["offsets", str(offsets), "--retention-minutes", value]) == USAGE
+    _one_line(capsys, "--retention-minutes")
+
+
+@pytest.mark.parametrize("command", ["decode", "state", "prune"])
+def test_a_full_disk_is_one_line(capsys: pytest.CaptureFixture[str], segment: str,
+                                 command: str) -> None:
+    assert main([command, segment, "-o", "/dev/full"]) == USAGE
+    _one_line(capsys, "/dev/full", "No space left on device", after_work=True)
+
+
+def test_a_full_standard_output_is_one_line(segment: str) -> None:
+    with open("/dev/full", "w", encoding="utf-8") as full:
+        done = subprocess.run([sys.executable, "-m", "sharestate", "decode", segment],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == USAGE, done.stderr
+    err = [line for line in done.stderr.splitlines() if not line.startswith(segment)]
+    assert err == ["sharestate: error: cannot write standard output: No space left on device"]
+
+
+# -- the Spark jobs: refused before a JVM starts ----------------------------------------
+
+
+def _job(tmp_path: Path, *extra: str) -> int:
+    return run_all(["--source", str(tmp_path / "logs"), "--warehouse", str(tmp_path / "wh"),
+                    *extra])
+
+
+@pytest.mark.parametrize("entries,words", [
+    ([{"topic": "t", "partition": 0, "end_offset": 1e30}], ("end_offset", "integer")),
+    ([{"topic": "t", "partition": 0, "end_offset": -5}], ("end_offset", "between")),
+    ([{"topic": "t", "partition": 0, "end_offset": 2**63}], ("end_offset", "between")),
+    ([{"topic": "t", "partition": 0, "end_offset": True}], ("end_offset", "integer")),
+    ([{"topic": "t", "partition": 0, "end_offset": 1.7}], ("end_offset", "integer")),
+    ([{"topic": "t", "partition": 0, "end_offset": [5]}], ("end_offset", "integer")),
+    ([{"topic": "t", "partition": 0, "end_offset": "5"}], ("end_offset", "integer")),
+    ([{"topic": "t", "partition": 1.0, "end_offset": 5}], ("partition", "integer")),
+    ([{"topic": "t", "partition": -1, "end_offset": 5}], ("partition", "between")),
+    ([{"topic": 7, "partition": 0, "end_offset": 5}], ("topic",)),
+    ([{"topic": "t", "partition": 0, "endoffset": 5}], ("exactly",)),
+    ([{"topic": "t", "partition": 0, "end_offset": 5}] * 2, ("twice",)),
+    ({"t": 5}, ("JSON list",)),
+])
+def test_end_offsets_values(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                            entries: object, words: tuple[str, ...]) -> None:
+    path = tmp_path / "end-offsets.json"
+    path.write_text(json.dumps(entries), encoding="utf-8")
+    assert _job(tmp_path, "--end-offsets", str(path)) == USAGE
+    _one_line(capsys, str(path), *words)
+
+
+def test_end_offsets_not_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "end-offsets.json"
+    path.write_text("[{", encoding="utf-8")
+    assert _job(tmp_path, "--end-offsets", str(path)) == USAGE
+    _one_line(capsys, "not JSON")
+
+
+@pytest.mark.parametrize("extra,words", [
+    (("--conf", "noequals"), ("--conf", "KEY=VALUE", "noequals")),
+    (("--conf", "=x"), ("--conf", "KEY=VALUE")),
+    (("--kafka-option", "security.protocol"), ("--kafka-option", "KEY=VALUE")),
+    (("--conf", "spark.driver.memory=abc"), ("spark.driver.memory", "'abc'")),
+    (("--conf", "spark.sql.shuffle.partitions=-1"), ("spark.sql.shuffle.partitions",)),
+    (("--conf", "spark.sql.shuffle.partitions=0"), ("spark.sql.shuffle.partitions",)),
+    (("--conf", "spark.executor.cores=two"), ("spark.executor.cores",)),
+    (("--master", "bogus"), ("spark.master", "'bogus'")),
+    (("--master", "local[0]"), ("spark.master",)),
+    (("--conf", "spark.master=local[x]"), ("spark.master",)),
+    (("--as-of-offset", HUGE), ("--as-of-offset",)),
+    (("--as-of-time", HUGE), ("out of range",)),
+    (("--snapshot-update-records", "-1"), ("--snapshot-update-records",)),
+    (("--retention-minutes", "0"), ("--retention-minutes",)),
+    (("--retention-minutes", "-1"), ("--retention-minutes",)),
+    (("--delivery-limit", "0"), ("--delivery-limit",)),
+])
+def test_job_arguments(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                       extra: tuple[str, ...], words: tuple[str, ...]) -> None:
+    assert _job(tmp_path, *extra) == USAGE
+    _one_line(capsys, *words)
+    assert not (tmp_path / "wh").exists()  # nothing started
+
+
+def test_quality_conf_without_equals(capsys: pytest.CaptureFixture[str],
+                                     tmp_path: Path) -> None:
+    from pipelines.quality import main as quality
+
+    assert quality(["--warehouse", str(tmp_path), "--conf", "noequals"]) == USAGE
+    _one_line(capsys, "--conf", "KEY=VALUE")
+
+
+def test_quality_bad_spark_setting(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from pipelines.quality import main as quality
+
+    (tmp_path / "t" / "_delta_log").mkdir(parents=True)  # looks like a warehouse
+    assert quality(["--warehouse", str(tmp_path), "--master", "bogus"]) == USAGE
+    _one_line(capsys, "spark.master")
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_an_unreachable_cluster_is_one_line_within_the_timeout(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import time
+
+    started = time.monotonic()
+    status = run_all(["--source", f"kafka://127.0.0.1:{_closed_port()}", "--warehouse",
+                      str(tmp_path / "wh"), "--connect-timeout", "2"])
+    assert status == USAGE
+    assert time.monotonic() - started < 30  # 2 s to answer, plus the client's set-up
+    line = _one_line(capsys, "cannot reach the cluster at 127.0.0.1:", "within 2 s",
+                     "Connection refused")
+    assert "Traceback" not in line
+    assert not (tmp_path / "wh").exists()
+
+
+def test_credentials_on_the_command_line_are_warned_about(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert _job(tmp_path, "--kafka-option", "sasl.password=hunter2", "--conf",
+                "spark.hadoop.fs.s3a.secret.key=s3cr3t", "--conf", "spark.driver.memory=abc") \
+        == USAGE  # the memory setting stops it before any work
+    err = capsys.readouterr().err
+    assert "hunter2" not in err and "s3cr3t" not in err
+    assert "--kafka-option sasl.password=... looks like a credential" in err
+    assert "SHARESTATE_KAFKA_SASL_PASSWORD" in err
+    assert "--conf spark.hadoop.fs.s3a.secret.key=... looks like a credential" in err

@@ -1,0 +1,221 @@
+"""`sharestate sql` is a read-only door: every statement that writes or calls out of SQL is
+refused before anything runs (exit 4, one line), and the evidence that it did not run is
+checked for each kind; failures are one line with Spark's error class; empty results keep
+their header. Real local Spark over a real warehouse."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipelines.run_all import main as run_all
+from pipelines.session import build_session
+from sharestate.cli import main
+from sharestate.lake import open_lake
+from sharestate.persister import SimulationConfig, simulate
+
+pytestmark = pytest.mark.slow
+REFUSED = 4
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    yield build_session("test-sql-door", ui=False)
+
+
+@pytest.fixture(scope="module")
+def warehouse(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    logs = tmp_path_factory.mktemp("logs")
+    simulate(SimulationConfig(records=600, seed=3, groups=2, topics=1, partitions=2,
+                              state_partitions=1, offsets_partitions=1), logs)
+    root = tmp_path_factory.mktemp("warehouse")
+    assert run_all(["--source", str(logs), "--warehouse", str(root)]) in (0, 1)
+    return root
+
+
+def _sql(warehouse: Path, *args: str) -> int:
+    return main(["sql", "--warehouse", str(warehouse), *args])
+
+
+def _redelivery(spark: Any, warehouse: Path) -> list[str]:
+    rows = open_lake(spark).read(str(warehouse / "redelivery")).collect()
+    return sorted(json.dumps(r.asDict(recursive=True), sort_keys=True) for r in rows)
+
+
+def _refused(capfd: pytest.CaptureFixture[str], warehouse: Path, statement: str,
+             what: str) -> None:
+    assert _sql(warehouse, statement) == REFUSED, statement
+    err = [line for line in capfd.readouterr().err.splitlines() if "sharestate" in line]
+    assert len(err) == 1 and "[SHARESTATE_READ_ONLY] refused" in err[0] and what in err[0], err
+
+
+def test_insert_overwrite_directory_over_a_table_is_refused(
+        spark: Any, warehouse: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    before = _redelivery(spark, warehouse)
+    assert before
+    _refused(capfd, warehouse, f"INSERT OVERWRITE DIRECTORY '{warehouse / 'redelivery'}' "
+                               "USING parquet SELECT 1 AS x", "INSERT OVERWRITE DIRECTORY")
+    _refused(capfd, warehouse, f"WITH a AS (SELECT 1 AS x) INSERT OVERWRITE DIRECTORY "
+                               f"'{warehouse / 'redelivery'}' USING parquet SELECT * FROM a",
+             "INSERT OVERWRITE DIRECTORY")
+    assert _redelivery(spark, warehouse) == before
+
+
+def test_writes_to_tables_are_refused(spark: Any, warehouse: Path, tmp_path: Path,
+                                      capfd: pytest.CaptureFixture[str]) -> None:
+    before = _redelivery(spark, warehouse)
+    _refused(capfd, warehouse, "INSERT INTO redelivery SELECT * FROM redelivery", "INSERT")
+    _refused(capfd, warehouse, "CREATE TABLE made_here AS SELECT 1 AS x",
+             "CREATE TABLE ... AS SELECT")
+    _refused(capfd, warehouse, f"CREATE TABLE made_here USING parquet LOCATION "
+                               f"'{tmp_path / 'made'}' AS SELECT 1 AS x", "CREATE TABLE")
+    _refused(capfd, warehouse, "CREATE TEMPORARY VIEW made_view AS SELECT 1 AS x",
+             "CREATE VIEW")
+    _refused(capfd, warehouse, "DELETE FROM redelivery", "DELETE")
+    _refused(capfd, warehouse, "CACHE TABLE redelivery", "CACHE TABLE")
+    assert _redelivery(spark, warehouse) == before
+    assert not spark.catalog.tableExists("made_here")
+    assert not spark.catalog.tableExists("made_view")
+    assert not (tmp_path / "made").exists()
+
+
+def test_statements_that_run_statements_are_refused(
+        warehouse: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "immediate"
+    _refused(capfd, warehouse, f"EXECUTE IMMEDIATE 'INSERT OVERWRITE DIRECTORY \\'{target}\\' "
+                               "USING parquet SELECT 1 AS x'", "EXECUTE IMMEDIATE")
+    _refused(capfd, warehouse, f"BEGIN INSERT OVERWRITE DIRECTORY '{target}' USING parquet "
+                               "SELECT 1 AS x; END", "refused")
+    assert not target.exists()
+
+
+def test_settings_and_code_loading_are_refused(spark: Any, warehouse: Path, tmp_path: Path,
+                                               capfd: pytest.CaptureFixture[str]) -> None:
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    _refused(capfd, warehouse, "SET spark.sql.shuffle.partitions=1", "SET")
+    assert spark.conf.get("spark.sql.shuffle.partitions") == partitions
+    jar = tmp_path / "code.jar"
+    jar.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip
+    _refused(capfd, warehouse, f"ADD JAR '{jar}'", "ADD JAR")
+    assert not any("code.jar" in j for j in spark.sparkContext._jsc.sc().listJars().mkString(
+        ",").split(","))
+    _refused(capfd, warehouse, f"ADD FILE '{jar}'", "ADD FILE")
+    _refused(capfd, warehouse, "CREATE TEMPORARY FUNCTION f AS 'java.lang.Object' "
+                               f"USING JAR '{jar}'", "CREATE FUNCTION")
+
+
+@pytest.mark.parametrize("function", ["reflect", "java_method", "try_reflect"])
+def test_java_calls_are_refused(spark: Any, warehouse: Path, function: str,
+                                capfd: pytest.CaptureFixture[str]) -> None:
+    prop = f"sharestate.door.{function}"
+    system = spark._jvm.java.lang.System
+    _refused(capfd, warehouse, f"SELECT {function}('java.lang.System', 'setProperty', "
+                               f"'{prop}', 'called')", "Java methods")
+    # hidden in a subquery of a filter
+    _refused(capfd, warehouse, "SELECT * FROM redelivery WHERE records > (SELECT length("
+                               f"{function}('java.lang.System', 'setProperty', '{prop}', "
+                               "'called')))", "Java methods")
+    assert system.getProperty(prop) is None
+
+
+def test_programs_are_refused(warehouse: Path, tmp_path: Path,
+                              capfd: pytest.CaptureFixture[str]) -> None:
+    ran = tmp_path / "ran"
+    _refused(capfd, warehouse, f"SELECT TRANSFORM(group_id) USING 'touch {ran}' AS (x) "
+                               "FROM redelivery", "runs a program")
+    assert not ran.exists()
+
+
+def test_files_outside_the_warehouse_are_not_read(warehouse: Path, tmp_path: Path,
+                                                  capfd: pytest.CaptureFixture[str]) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for the door\n", encoding="utf-8")
+    out = tmp_path / "out.txt"
+    assert _sql(warehouse, f"SELECT * FROM text.`{secret}`", "-o", str(out)) == REFUSED
+    assert "TABLE_OR_VIEW_NOT_FOUND" in capfd.readouterr().err
+    assert "not for the door" not in (out.read_text("utf-8") if out.exists() else "")
+
+
+def test_queries_run(warehouse: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    assert _sql(warehouse, "WITH r AS (SELECT group_id, records FROM redelivery) "
+                           "SELECT group_id, sum(records) AS n FROM r GROUP BY group_id "
+                           "ORDER BY n DESC LIMIT 5", "--format", "jsonl") == 0
+    rows = [json.loads(line) for line in capfd.readouterr().out.splitlines()]
+    assert rows and all(set(row) == {"group_id", "n"} for row in rows)
+
+
+def test_every_cookbook_query_passes_the_door(spark: Any, warehouse: Path) -> None:
+    from test_docs import cookbook_queries
+
+    from sharestate.lake import register_views
+    from sharestate.lake.read_only import check_statement
+
+    register_views(spark, warehouse)
+    for query in cookbook_queries():
+        check_statement(spark, query)
+
+
+def test_a_failed_query_is_one_line_with_the_error_class(
+        warehouse: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    assert _sql(warehouse, "SELECT no_such_column FROM redelivery") == REFUSED
+    err = capfd.readouterr().err
+    assert "at org.apache.spark" not in err and "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("sharestate")]
+    assert len(lines) == 1 and "[UNRESOLVED_COLUMN" in lines[0], err
+    assert _sql(warehouse, "SELEC 1") == REFUSED
+    assert "[PARSE_SYNTAX_ERROR]" in capfd.readouterr().err
+    assert _sql(warehouse, "--verbose", "SELECT no_such_column FROM redelivery") == REFUSED
+    assert "at org.apache.spark" in capfd.readouterr().err
+
+
+def test_an_empty_result_keeps_its_header(warehouse: Path,
+                                          capfd: pytest.CaptureFixture[str]) -> None:
+    assert _sql(warehouse, "SELECT group_id, records FROM redelivery WHERE false") == 0
+    assert capfd.readouterr().out.splitlines() == ["group_id  records", "(0 rows)"]
+    assert _sql(warehouse, "SELECT group_id, records FROM redelivery WHERE false",
+                "--format", "csv") == 0
+    assert capfd.readouterr().out.splitlines() == ["group_id,records"]
+
+
+def test_write_needs_the_jvm_backend(warehouse: Path,
+                                     capfd: pytest.CaptureFixture[str]) -> None:
+    assert _sql(warehouse, "--write", "--backend", "rs", "DELETE FROM redelivery") == 2
+    assert "--write needs the jvm backend" in capfd.readouterr().err
+
+
+def test_write_changes_delta_tables_under_the_lease(spark: Any, warehouse: Path,
+                                                    tmp_path: Path) -> None:
+    """--write on the jvm backend: Delta's DELETE runs (and only there)."""
+    import shutil
+    import subprocess
+    import sys
+
+    from test_concurrent_runs import _delta_jars
+
+    jars = _delta_jars()
+    if not jars:
+        pytest.skip("Delta's jars are not in the jar cache (make jars)")
+    copy = tmp_path / "wh"
+    shutil.copytree(warehouse, copy)
+    conf = tmp_path / "spark-defaults.conf"
+    conf.write_text(f"spark.jars {','.join(jars)}\n", encoding="utf-8")
+    env = {**os.environ, "SHARESTATE_SPARK_CONF": str(conf)}
+
+    def sql(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "sharestate", "sql", "--warehouse",
+                               str(copy), "--backend", "jvm", *args], env=env, text=True,
+                              capture_output=True, timeout=600)
+
+    before = _redelivery(spark, copy)
+    refused = sql("DELETE FROM redelivery")
+    assert refused.returncode == REFUSED and "DELETE" in refused.stderr
+    assert _redelivery(spark, copy) == before
+    done = sql("--write", "DELETE FROM redelivery WHERE records > 1")
+    assert done.returncode == 0, done.stderr
+    after = _redelivery(spark, copy)
+    assert after == [r for r in before if json.loads(r)["records"] <= 1] and after != before
