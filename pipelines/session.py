@@ -29,7 +29,9 @@ Delta wiring (`delta=`): `"auto"` adds Delta's SQL extension and catalog when De
 are on the classpath (`spark.jars`, `spark.jars.packages`, `$SPARK_HOME/jars`, pyspark's
 `jars/`); `"on"` always adds them (the jars must come from elsewhere); `"pip"` also calls
 `delta.configure_spark_with_delta_pip`, which makes Spark fetch the jars from Maven at
-start-up — only where Maven is reachable; `"off"` never wires Delta. The lake backend is
+start-up — only where Maven is reachable; `"off"` never wires Delta. A JVM started for the
+`jvm` backend where no setting brings Delta's jars gets the pinned ones `make jars` keeps in
+the cache (`sharestate.jars.delta_jars`; `auto` never reaches for them). The lake backend is
 chosen later from the running session (`sharestate.lake.open_lake`), or fixed with the
 `spark.sharestate.lake.backend` setting (`auto`, `rs`, `jvm`); a backend that cannot run
 (an unknown name, `jvm` without Delta's classes) is a `SettingError` as soon as the session
@@ -55,6 +57,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from pipelines import class_archive
+from sharestate import jars
 from sharestate.lake.select import BACKEND_CONF, BackendError, open_lake
 
 DeltaMode = Literal["auto", "on", "off", "pip"]
@@ -198,6 +201,18 @@ def delta_jars_present(settings: Mapping[str, str]) -> bool:
     return any(glob.glob(str(folder / "delta-spark_*.jar")) for folder in folders)
 
 
+def with_pinned_delta(settings: Mapping[str, str]) -> dict[str, str]:
+    """`settings`, plus the pinned Delta jars `make jars` fetched on `spark.jars` when the
+    `jvm` backend is asked for and the settings bring Delta's jars from nowhere else."""
+    wired = dict(settings)
+    pinned = jars.delta_jars()
+    if wired.get(BACKEND_CONF) != "jvm" or delta_jars_present(wired) or not pinned.present:
+        return wired
+    listed = [jar for jar in wired.get("spark.jars", "").split(",") if jar]
+    wired["spark.jars"] = ",".join([*listed, *(str(path) for path in pinned.paths)])
+    return wired
+
+
 def with_delta(settings: Mapping[str, str]) -> dict[str, str]:
     """`settings` plus Delta's SQL extension (kept alongside any others) and catalog."""
     wired = dict(settings)
@@ -259,6 +274,7 @@ def build_session(app_name: str | None = None, *, master: str | None = None,
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         if options := driver_java_options(settings, quick_jit):
             settings[class_archive.JAVA_OPTIONS] = options
+        settings = with_pinned_delta(settings)
     else:
         settings = {k: v for k, v in settings.items() if launched.get(k) != v}
     if delta in ("on", "pip") or (delta == "auto" and launched is None

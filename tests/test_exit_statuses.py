@@ -4,6 +4,7 @@ cannot run is one line, exit 2, before any work starts; `--version`."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -78,7 +79,8 @@ def _delta_jars_present() -> bool:
 @pytest.mark.slow
 @pytest.mark.parametrize("command", ["run", "quality", "report"])
 def test_jvm_backend_without_delta_is_one_line_exit_2(command: str, tmp_path: Path) -> None:
-    """`--conf spark.sharestate.lake.backend=jvm` where Delta's jars are absent: one line,
+    """`--conf spark.sharestate.lake.backend=jvm` where Delta's jars are absent (none on the
+    classpath, none in the jar cache): one line,
     exit 2, nothing written (was a traceback from delta's isDeltaTable and exit 1)."""
     if _delta_jars_present():
         pytest.skip("Delta's jars are on this Spark's classpath")
@@ -96,8 +98,9 @@ def test_jvm_backend_without_delta_is_one_line_exit_2(command: str, tmp_path: Pa
                         str(tmp_path / "logs"), "--warehouse", str(warehouse)],
                        check=True, capture_output=True, timeout=600)
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    no_jars = {**os.environ, "SHARESTATE_CACHE_DIR": str(tmp_path / "empty-cache")}
     done = subprocess.run([sys.executable, "-m", "sharestate", *argv], capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=600, env=no_jars)
     assert done.returncode == exit_codes.USAGE, done.stderr[-3000:]
     ours = [line for line in done.stderr.splitlines() if line.startswith("sharestate:")]
     assert len(ours) == 1, done.stderr[-3000:]

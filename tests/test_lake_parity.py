@@ -1,44 +1,29 @@
 """Both Delta backends write the same tables: same schema, same rows, same run metadata.
 
-Needs Delta's jars on the Spark classpath (`spark.jars`, `$SPARK_HOME/jars`), or Maven access
-with `SHARESTATE_DELTA_PIP=1` (`build_session(delta="pip")`). Without them the module skips.
+The `jvm` backend runs Spark's own Delta from the pinned jars `make jars` keeps in the cache
+(a JVM started for `jvm` gets them; `make test` fetches them, so under CI a missing set is a
+failure, not a skip).
 """
 
 from __future__ import annotations
 
 import datetime
-import os
-from collections.abc import Iterator
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import PROJECT_ROOT, under_ci
 from pyspark.sql import DataFrame, SparkSession
 
-from pipelines.session import build_session, delta_jars_present, resolve_conf
+from pipelines.session import build_session
+from sharestate.jars import delta_jars
 from sharestate.lake import Lake, delta_classes_loaded, open_lake
-
-USE_PIP = os.environ.get("SHARESTATE_DELTA_PIP") == "1"
-
-pytestmark = pytest.mark.skipif(
-    not USE_PIP and not delta_jars_present(resolve_conf()),
-    reason="Delta's jars are not on the Spark classpath here (delta-spark_*.jar is not in "
-           "spark.jars, $SPARK_HOME/jars or pyspark/jars, and Maven is unreachable for "
-           "configure_spark_with_delta_pip; set SHARESTATE_DELTA_PIP=1 where it is), so "
-           "the jvm backend cannot run")
 
 SCHEMA = ("topic string not null, partition int not null, offset bigint not null, "
           "day date, key binary, value binary")
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = build_session("test-lake-parity", ui=False, delta="pip" if USE_PIP else "auto")
-    if not delta_classes_loaded(session):
-        session.stop()
-        pytest.skip("the session started without Delta's classes")
-    yield session
-    session.stop()
 
 
 def batch(spark: SparkSession, partition: int, offsets: range, tag: bytes) -> DataFrame:
@@ -65,15 +50,48 @@ def content(df: DataFrame) -> list[tuple[Any, ...]]:
     return sorted(tuple(r) for r in df.collect())
 
 
-def test_rs_and_jvm_write_the_same_tables(spark: SparkSession, tmp_path: Path) -> None:
-    rs, jvm = open_lake(spark, "rs"), open_lake(spark, "jvm")
-    rs_path, jvm_path = tmp_path / "rs", tmp_path / "jvm"
-    assert run_scenario(spark, rs, rs_path) == run_scenario(spark, jvm, jvm_path)
-    for reader in (rs, jvm):  # each backend reads both tables alike
-        assert reader.read(rs_path).schema == reader.read(jvm_path).schema
-        assert content(reader.read(rs_path)) == content(reader.read(jvm_path))
-    assert content(rs.read(rs_path)) == content(jvm.read(jvm_path))
-    assert rs.partition_columns(jvm_path) == jvm.partition_columns(rs_path)
-    assert rs.properties(jvm_path)["sharestate.layer"] \
-        == jvm.properties(rs_path)["sharestate.layer"]
-    assert content(rs.read(rs_path, version=1)) == content(jvm.read(jvm_path, version=1))
+def tables_written(tmp: Path) -> dict[str, Any]:
+    """In a JVM started for the jvm backend: the scenario on each backend, each table read
+    back by each backend (history, schema, partitioning, properties, rows, version 1)."""
+    session = build_session("test-lake-parity", ui=False,
+                            conf={"spark.sharestate.lake.backend": "jvm"})
+    assert delta_classes_loaded(session), "a session for the jvm backend lacks Delta's classes"
+    lakes = {name: open_lake(session, name) for name in ("rs", "jvm")}
+    seen: dict[str, Any] = {}
+    for writer, lake in lakes.items():
+        path = tmp / writer
+        seen[writer] = {"history": run_scenario(session, lake, path)}
+        for name, reader in lakes.items():
+            seen[writer][name] = {
+                "frame_schema": reader.read(path).schema.jsonValue(),
+                "table_schema": reader.schema(path).jsonValue(), "rows": content(reader.read(path)),
+                "partition_by": reader.partition_columns(path),
+                "layer": reader.properties(path)["sharestate.layer"],
+                "version_1": content(reader.read(path, version=1))}
+    return seen
+
+
+def test_rs_and_jvm_write_the_same_tables(tmp_path: Path) -> None:
+    """Run in a process of its own: Delta's classes must be on the classpath of the JVM
+    when it starts, and this test process may already run one without them."""
+    if not delta_jars().present:
+        message = "Delta's pinned jars are not in the jar cache: run `make jars`"
+        if under_ci():
+            pytest.fail(message)
+        pytest.skip(message)
+    script = ("import json, sys; sys.path.insert(0, 'tests'); from pathlib import Path; "
+              "import test_lake_parity as t; "
+              "print(json.dumps(t.tables_written(Path(sys.argv[1])), default=str))")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["rs"]["history"] == seen["jvm"]["history"]
+    for reader in ("rs", "jvm"):  # each backend sees the two tables alike
+        assert seen["rs"][reader] == seen["jvm"][reader], reader
+    # and both backends see the same table (the frames' nullability is the reader's own:
+    # delta-rs reads through Arrow, which marks every column nullable)
+    views = [{k: v for k, v in seen[writer][reader].items() if k != "frame_schema"}
+             for writer in ("rs", "jvm") for reader in ("rs", "jvm")]
+    assert all(view == views[0] for view in views[1:]), views
+    assert views[0]["rows"] and views[0]["partition_by"] == ["topic", "partition"]

@@ -41,8 +41,9 @@ def open_lake(spark: SparkSession, backend: str | None = None) -> Lake:
     elif name == "jvm" and not delta_classes_loaded(spark):
         raise BackendError(
             f"the jvm lake backend needs Delta's jars on Spark's classpath ({DELTA_CLASS} "
-            "cannot be loaded): add --packages io.delta:delta-spark_2.13:<version> or "
-            f"--conf spark.jars=..., or use {BACKEND_CONF}=rs")
+            "cannot be loaded): run `make jars` (the pinned Delta), or add --packages "
+            "io.delta:delta-spark_4.2_2.13:4.4.0 or --conf spark.jars=..., or use "
+            f"{BACKEND_CONF}=rs")
     if name == "jvm":
         from sharestate.lake.jvm import JvmLake
 

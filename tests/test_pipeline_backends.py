@@ -1,0 +1,135 @@
+"""The pipeline on both Delta backends: `jvm` (Spark's own Delta, from the pinned jars) writes
+the tables `rs` writes, Kafka's states among them, and a warehouse started by one backend is
+continued by the other (an incremental ingest, a re-run) as if one backend had done it all.
+
+Each run is its own process (`python -m pipelines.run_all --backend ...`): a JVM for the
+`jvm` backend starts with Delta's jars, which a JVM already running in this process lacks.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import conformance_dir, under_ci
+from test_pipeline import OFFSET_FILES, SHARE_FILES, _kafka_partition, layout
+
+from pipelines.session import build_session
+from sharestate.jars import delta_jars
+from sharestate.lake import find_tables, open_lake
+
+pytestmark = pytest.mark.slow
+
+VOLATILE = {"ingest_run", "run_id", "finished_at", "started_at", "seconds"}
+"""Columns that name or time a run: different in every run, whichever backend writes."""
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    if not delta_jars().present:
+        message = "Delta's pinned jars are not in the jar cache: run `make jars`"
+        if under_ci():
+            pytest.fail(message)
+        pytest.skip(message)
+    yield build_session("test-pipeline-backends", ui=False)
+
+
+def run(source: Path, warehouse: Path, backend: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pipelines.run_all", "--source", str(source), "--warehouse",
+         str(warehouse), "--backend", backend, "--snapshot-update-records", "5",
+         "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false"],
+        capture_output=True, text=True, timeout=900)
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The first day's log, and the same log a day later with one more partition."""
+    first = tmp_path_factory.mktemp("first")
+    layout(first, "kafka-4.4-dev", SHARE_FILES[:-1], "__share_group_state")
+    layout(first, "kafka-4.4-dev", OFFSET_FILES, "__consumer_offsets")
+    later = tmp_path_factory.mktemp("later")
+    shutil.copytree(first, later, dirs_exist_ok=True)
+    extra = later / f"__share_group_state-{len(SHARE_FILES) - 1}"
+    extra.mkdir()
+    shutil.copy(conformance_dir("kafka-4.4-dev") / f"{SHARE_FILES[-1]}.log",
+                extra / "00000000000000000000.log")
+    return first, later
+
+
+@pytest.fixture(scope="module")
+def warehouses(spark: Any, sources: tuple[Path, Path],
+               tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """`rs` alone (`rs_first`: after the first day), `jvm` alone (the first day), and each
+    continued by the other a day later."""
+    first, later = sources
+    made = {name: tmp_path_factory.mktemp(name) / "wh"
+            for name in ("rs", "rs_first", "jvm", "rs_then_jvm", "jvm_then_rs")}
+    run(first, made["rs"], "rs")
+    run(first, made["jvm"], "jvm")
+    shutil.copytree(made["rs"], made["rs_first"])
+    shutil.copytree(made["rs"], made["rs_then_jvm"])
+    shutil.copytree(made["jvm"], made["jvm_then_rs"])
+    run(later, made["rs_then_jvm"], "jvm")
+    run(later, made["jvm_then_rs"], "rs")
+    run(later, made["rs"], "rs")  # the reference for the continued warehouses
+    return made
+
+
+def snapshot(spark: Any, warehouse: Path) -> dict[str, Any]:
+    """Every table's rows (run-naming columns left out), schema, partitioning, properties."""
+    lake = open_lake(spark, "rs")
+    tables = {}
+    for name, path in sorted(find_tables(warehouse).items()):
+        frame = lake.read(path)
+        rows = sorted(json.dumps({k: v for k, v in r.asDict(recursive=True).items()
+                                  if k not in VOLATILE}, sort_keys=True, default=str)
+                      for r in frame.collect())
+        properties = {k: v for k, v in lake.properties(path).items()
+                      if not k.startswith("delta.")}
+        tables[name] = {"rows": rows, "schema": frame.schema.jsonValue(),
+                        "partition_by": lake.partition_columns(path),
+                        "properties": properties}
+    return tables
+
+
+def test_jvm_tables_equal_rs_tables(spark: Any, warehouses: dict[str, Path]) -> None:
+    jvm, rs = snapshot(spark, warehouses["jvm"]), snapshot(spark, warehouses["rs_first"])
+    assert sorted(jvm) == sorted(rs) and len(rs) >= 12
+    for name in rs:
+        assert jvm[name] == rs[name], name
+
+
+def test_jvm_share_partition_state_is_kafkas(spark: Any, warehouses: dict[str, Path]) -> None:
+    """What the jvm backend wrote equals what Kafka's share coordinator holds at the end of
+    each log."""
+    fixtures = conformance_dir("kafka-4.4-dev")
+    lake = open_lake(spark, "rs")
+    for partition, name in enumerate(SHARE_FILES):
+        if name == "share_replay_small":  # its workload config is 5 updates per snapshot
+            final = json.loads((fixtures / f"{name}.final_state.json").read_text("utf-8"))
+        else:
+            final = json.loads((fixtures / f"{name}.final_state.jsonl").read_text("utf-8")
+                               .splitlines()[0])
+        ours = {(r["group_id"], r["topic_id"], r["partition"]): r.asDict(recursive=True)
+                for r in lake.read(str(warehouses["rs_then_jvm"] / "share_partition_state"))
+                .where(f"state_partition = {partition}").collect()}
+        want = {(p["groupId"], p["topicId"], p["partition"]): _kafka_partition(p)
+                for p in final["partitions"] if p["state"] is not None}
+        assert set(ours) == set(want), name
+        for key, expected in want.items():
+            assert {k: ours[key][k] for k in expected} == expected, (name, key)
+
+
+def test_a_warehouse_continued_by_the_other_backend(spark: Any,
+                                                    warehouses: dict[str, Path]) -> None:
+    reference = snapshot(spark, warehouses["rs"])
+    assert snapshot(spark, warehouses["rs_then_jvm"]) == reference
+    assert snapshot(spark, warehouses["jvm_then_rs"]) == reference
