@@ -373,7 +373,9 @@ SQL_FORMATS = ("table", "jsonl", "csv")
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    """Run one Spark SQL query over every table of a warehouse (each registered as a view).
+    """Run one Spark SQL query over every table of a warehouse, each by its name (on the jvm
+    backend a catalog table, so Delta's own SQL works: VERSION AS OF, TIMESTAMP AS OF,
+    DESCRIBE HISTORY; on rs a view, where those are refused saying how to get them).
 
     Read-only: a statement that writes (INSERT, CREATE TABLE ... AS, INSERT OVERWRITE
     DIRECTORY, SET, DELETE, ...) or calls out of SQL (reflect(), TRANSFORM ... USING, ADD
@@ -389,9 +391,16 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
     if not find_tables(args.warehouse):
         raise UsageError(f"no Delta tables under {args.warehouse}")
+    try:
+        settings = arguments.key_values(args.conf, "--conf")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    for warning in arguments.secret_warnings(settings, "--conf"):
+        print(warning, file=sys.stderr)
+    if args.backend:
+        settings["spark.sharestate.lake.backend"] = args.backend
     with tempfile.TemporaryDirectory(prefix="sharestate-sql-") as scratch:
-        conf = {"spark.sharestate.lake.backend": args.backend or "auto",
-                **session_settings(scratch)}
+        conf = {**settings, **session_settings(scratch)}
         try:
             spark = build_session("sharestate-sql", ui=False, conf=conf)
         except SettingError as exc:
@@ -401,14 +410,14 @@ def cmd_sql(args: argparse.Namespace) -> int:
         if args.write and open_lake(spark).backend != "jvm":
             raise UsageError("--write needs the jvm backend (Delta's SQL): Delta's jars on "
                              "the classpath and --backend jvm")
-        register_views(spark, args.warehouse)
-        columns, rows = _run_statement(spark, args)
+        register_views(spark, args.warehouse, catalog=True)
+        columns, rows = _run_statement(spark, args, delta_sql=open_lake(spark).backend == "jvm")
     with _output(args.output) as out:
         write_rows(out, rows, columns, args.format)
     return EXIT_OK
 
 
-def _run_statement(spark: Any, args: argparse.Namespace
+def _run_statement(spark: Any, args: argparse.Namespace, *, delta_sql: bool
                    ) -> tuple[list[str], list[dict[str, Any]]]:
     """Check and run the statement: its columns and rows, else QueryError."""
     from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
@@ -423,7 +432,7 @@ def _run_statement(spark: Any, args: argparse.Namespace
     spark.conf.set("spark.sql.pyspark.jvmStacktrace.enabled", str(args.verbose).lower())
     try:
         with _write_lease(args):
-            plan = check_statement(spark, args.query, write=args.write)
+            plan = check_statement(spark, args.query, write=args.write, delta_sql=delta_sql)
             dataset = spark._jvm.org.apache.spark.sql.classic.Dataset.ofRows(
                 spark._jsparkSession, plan)
             frame = DataFrame(dataset, spark)
@@ -505,7 +514,11 @@ def _add_sql(sub: Any) -> None:
     command.add_argument("--warehouse", required=True, type=location,
                          help="folder holding the Delta tables")
     command.add_argument("--format", choices=SQL_FORMATS, default="table")
-    command.add_argument("--backend", choices=("auto", "rs", "jvm"), default=None)
+    command.add_argument("--backend", choices=("auto", "rs", "jvm"), default=None,
+                         help="Delta backend (jvm: Delta's own SQL, time travel and "
+                              "DESCRIBE HISTORY; default: the session's, else auto)")
+    command.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                         help="Spark setting (repeatable), as for run")
     command.add_argument("--output", "-o", type=location, help="write here instead of stdout")
     command.add_argument("--write", action="store_true",
                          help="let the statement change the warehouse's Delta tables (jvm "

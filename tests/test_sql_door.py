@@ -6,7 +6,6 @@ their header. Real local Spark over a real warehouse."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -190,26 +189,23 @@ def test_write_needs_the_jvm_backend(warehouse: Path,
 
 def test_write_changes_delta_tables_under_the_lease(spark: Any, warehouse: Path,
                                                     tmp_path: Path) -> None:
-    """--write on the jvm backend: Delta's DELETE runs (and only there)."""
+    """--write on the jvm backend: Delta's DELETE runs (and only there); Delta's own SQL then
+    sees the table's history and reads the version before the DELETE."""
     import shutil
     import subprocess
     import sys
 
-    from test_concurrent_runs import _delta_jars
+    from sharestate.jars import delta_jars
 
-    jars = _delta_jars()
-    if not jars:
+    if not delta_jars().present:
         pytest.skip("Delta's jars are not in the jar cache (make jars)")
     copy = tmp_path / "wh"
     shutil.copytree(warehouse, copy)
-    conf = tmp_path / "spark-defaults.conf"
-    conf.write_text(f"spark.jars {','.join(jars)}\n", encoding="utf-8")
-    env = {**os.environ, "SHARESTATE_SPARK_CONF": str(conf)}
 
     def sql(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "sharestate", "sql", "--warehouse",
-                               str(copy), "--backend", "jvm", *args], env=env, text=True,
-                              capture_output=True, timeout=600)
+                               str(copy), "--backend", "jvm", "--format", "jsonl", *args],
+                              text=True, capture_output=True, timeout=600)
 
     before = _redelivery(spark, copy)
     refused = sql("DELETE FROM redelivery")
@@ -219,3 +215,33 @@ def test_write_changes_delta_tables_under_the_lease(spark: Any, warehouse: Path,
     assert done.returncode == 0, done.stderr
     after = _redelivery(spark, copy)
     assert after == [r for r in before if json.loads(r)["records"] <= 1] and after != before
+
+    history = sql("DESCRIBE HISTORY redelivery")
+    assert history.returncode == 0, history.stderr
+    commits = [json.loads(line) for line in history.stdout.splitlines()]
+    assert [c["version"] for c in commits] == [c.version for c in
+                                              open_lake(spark).history(str(copy / "redelivery"))]
+    assert commits[0]["operation"] == "DELETE"
+    previous = commits[1]["version"]
+    old = sql(f"SELECT * FROM redelivery VERSION AS OF {previous}")
+    assert old.returncode == 0, old.stderr
+    assert sorted(json.dumps(json.loads(line), sort_keys=True)
+                  for line in old.stdout.splitlines()) == before
+
+
+def test_time_travel_on_rs_says_how_to_get_it(warehouse: Path,
+                                              capfd: pytest.CaptureFixture[str]) -> None:
+    assert _sql(warehouse, "--backend", "rs", "SELECT * FROM redelivery VERSION AS OF 0") \
+        == REFUSED
+    err = capfd.readouterr().err
+    assert "time travel (VERSION AS OF, TIMESTAMP AS OF) needs the jvm backend" in err
+    assert "--backend jvm" in err
+
+
+def test_sql_takes_spark_settings(warehouse: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """--conf as for run: a setting reaches the session; a malformed one is exit 2."""
+    assert _sql(warehouse, "--conf", "spark.sql.session.timeZone=America/New_York",
+                "--format", "csv", "SELECT current_timezone() AS zone") == 0
+    assert capfd.readouterr().out.splitlines() == ["zone", "America/New_York"]
+    assert _sql(warehouse, "--conf", "noequals", "SELECT 1") == 2
+    assert "--conf" in capfd.readouterr().err

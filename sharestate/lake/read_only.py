@@ -29,6 +29,7 @@ _LOGICAL = "org.apache.spark.sql.catalyst.plans.logical."
 _ANALYSIS = "org.apache.spark.sql.catalyst.analysis."
 _EXPRESSIONS = "org.apache.spark.sql.catalyst.expressions."
 _EXECUTION = "org.apache.spark.sql.execution."
+_DELTA = "org.apache.spark.sql.delta.commands."
 
 QUERY_OPERATORS = frozenset(
     [_LOGICAL + name for name in (
@@ -42,11 +43,17 @@ QUERY_OPERATORS = frozenset(
     + [_ANALYSIS + name for name in (
         "UnresolvedHaving", "UnresolvedInlineTable", "UnresolvedQualify", "UnresolvedRelation",
         "UnresolvedSubqueryColumnAliases", "UnresolvedTableValuedFunction")]
+    + [_ANALYSIS + "RelationTimeTravel", _ANALYSIS + "UnresolvedTable",
+       _DELTA + "DescribeDeltaHistory", _DELTA + "DescribeDeltaHistoryCommand"]
     + [_EXPRESSIONS + "PipeOperator", _EXECUTION + "LogicalRDD",
        _EXECUTION + "datasources.LogicalRelation",
        _EXECUTION + "datasources.v2.DataSourceV2Relation"])
-"""Plan operators (parsed or analysed) a query is made of: reading, relational algebra,
-limits, sampling, hints. Anything else is refused."""
+"""Plan operators (parsed or analysed) a query is made of: reading (Delta's time travel and
+`DESCRIBE HISTORY` included), relational algebra, limits, sampling, hints. Anything else is
+refused."""
+DELTA_SQL = {_ANALYSIS + "RelationTimeTravel": "time travel (VERSION AS OF, TIMESTAMP AS OF)",
+             _DELTA + "DescribeDeltaHistory": "DESCRIBE HISTORY"}
+"""Delta SQL that needs the tables in the catalog of the `jvm` backend."""
 
 CALL_OUTS = {
     _EXPRESSIONS + "CallMethodViaReflection": "reflect()/java_method() call Java methods",
@@ -99,15 +106,25 @@ def session_settings(scratch: str) -> dict[str, str]:
     return {"spark.sql.runSQLOnFiles": "false", "spark.sql.warehouse.dir": scratch}
 
 
-def check_statement(spark: SparkSession, statement: str, *, write: bool = False) -> Any:
+def check_statement(spark: SparkSession, statement: str, *, write: bool = False,
+                    delta_sql: bool = True) -> Any:
     """The statement's parsed plan (a JVM object) when the door may run it, else raise
-    RefusedStatement. Parse errors and analysis errors come through as Spark raises them."""
+    RefusedStatement. Parse errors and analysis errors come through as Spark raises them.
+    Without `delta_sql` (tables registered as views) Delta's own SQL is refused, saying what
+    gives it."""
     from pyspark.errors.exceptions.captured import capture_sql_exception
 
     session = spark._jsparkSession
     parsed = capture_sql_exception(session.sessionState().sqlParser().parsePlan)(statement)
-    _check(spark, parsed, write)
     jvm: Any = spark._jvm
+    if not delta_sql:
+        subquery = jvm.java.lang.Class.forName(_EXPRESSIONS + "SubqueryExpression")
+        for _kind, node in _nodes(parsed, subquery):
+            if (what := DELTA_SQL.get(node.getClass().getName())) is not None:
+                raise RefusedStatement(
+                    f"[{ERROR_CLASS}] {what} needs the jvm backend (Delta's own SQL): "
+                    "--backend jvm, with Delta's jars (make jars fetches the pinned ones)")
+    _check(spark, parsed, write)
     skip = getattr(getattr(jvm, _EXECUTION + "CommandExecutionMode$"), "MODULE$").SKIP()
     analyzed = capture_sql_exception(
         lambda: session.sessionState().executePlan(parsed, skip).analyzed())()

@@ -1,4 +1,5 @@
-"""Every Delta table under a warehouse folder as a Spark temp view (for `sharestate sql`)."""
+"""Every Delta table under a warehouse folder by name, for SQL: temp views, or (Delta SQL on
+the `jvm` backend) catalog tables."""
 
 from __future__ import annotations
 
@@ -34,10 +35,18 @@ def find_tables(warehouse: str | Path) -> dict[str, Path]:
 
 
 def register_views(spark: SparkSession, warehouse: str | Path,
-                   backend: str | None = None) -> list[str]:
-    """Register each table of `warehouse` as a temp view; return the view names, sorted."""
+                   backend: str | None = None, *, catalog: bool = False) -> list[str]:
+    """Register each table of `warehouse` by name; return the names, sorted.
+
+    Temp views, except with `catalog` on the `jvm` backend: external Delta tables of the
+    session catalog, so that Delta's SQL works on them (`VERSION AS OF`, `TIMESTAMP AS OF`,
+    `DESCRIBE HISTORY`). Registering writes nothing into the tables.
+    """
     lake = open_lake(spark, backend)
     tables = find_tables(warehouse)
     for name, path in tables.items():
-        lake.read(path).createOrReplaceTempView(name)
+        if catalog and lake.backend == "jvm":
+            spark.catalog.createTable(name, path=str(path), source="delta")
+        else:
+            lake.read(path).createOrReplaceTempView(name)
     return list(tables)
