@@ -58,7 +58,7 @@ from pyspark.sql import SparkSession
 
 from pipelines import class_archive
 from sharestate import jars
-from sharestate.lake.select import BACKEND_CONF, BackendError, open_lake
+from sharestate.lake.select import BACKEND_CONF, BACKENDS, BackendError, open_lake
 
 DeltaMode = Literal["auto", "on", "off", "pip"]
 JitMode = Literal["quick", "full"]
@@ -112,8 +112,12 @@ COUNT_SETTINGS = ("spark.sql.shuffle.partitions", "spark.default.parallelism",
 
 
 def check_settings(settings: Mapping[str, str]) -> None:
-    """Refuse values Spark would fail on later, with a stack, or ignore: the master, memory
-    sizes (`512m`, `2g`), counts that must be positive."""
+    """Refuse values Spark would fail on later, with a stack, or ignore: the lake backend,
+    the master, memory sizes (`512m`, `2g`), counts that must be positive."""
+    backend = settings.get(BACKEND_CONF, "auto")
+    if backend not in BACKENDS:
+        raise SettingError(f"{BACKEND_CONF} must be one of {', '.join(BACKENDS)}, "
+                           f"not {backend!r}")
     master = settings.get("spark.master", "")
     match = _MASTER.fullmatch(master)
     if match is None or match.group("threads") == "0":

@@ -128,6 +128,7 @@ def test_end_offsets_not_json(capsys: pytest.CaptureFixture[str], tmp_path: Path
     (("--conf", "spark.sql.shuffle.partitions=0"), ("spark.sql.shuffle.partitions",)),
     (("--conf", "spark.executor.cores=two"), ("spark.executor.cores",)),
     (("--master", "bogus"), ("spark.master", "'bogus'")),
+    (("--conf", "spark.sharestate.lake.backend=delta"), ("lake.backend", "'delta'")),
     (("--master", "local[0]"), ("spark.master",)),
     (("--conf", "spark.master=local[x]"), ("spark.master",)),
     (("--as-of-offset", HUGE), ("--as-of-offset",)),
