@@ -86,6 +86,18 @@ def key_values(items: Iterable[str], flag: str) -> dict[str, str]:
     return settings
 
 
+def dialect(value: str) -> str | None:
+    """An argparse type: a dialect name, or `auto` (None: detect)."""
+    from sharestate.records.catalog import dialect_names
+
+    if value == "auto":
+        return None
+    if value not in dialect_names():
+        raise argparse.ArgumentTypeError(
+            f"unknown dialect {value!r} (choose auto, {', '.join(dialect_names())})")
+    return value
+
+
 def time(text: str) -> int:
     """An argparse type: ISO 8601 time or epoch milliseconds -> epoch ms (int64)."""
     from sharestate.replay.logs import parse_time

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from sharestate import arguments, exit_codes
-from sharestate.coordinator.expiry import DEFAULT_RETENTION_MINUTES, forecast_expiry
+from sharestate.coordinator.expiry import DEFAULT_RETENTION_MINUTES
 from sharestate.coordinator.shard import KAFKA, SEMANTICS
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
 from sharestate.locations import location
@@ -40,7 +40,7 @@ from sharestate.records.segment import decode_segment, detect_segment, finding_j
 from sharestate.replay.group_log import replay_group_log
 from sharestate.replay.logs import AsOf, PartitionLog, partition_logs
 from sharestate.replay.share_log import ShareLogResult, replay_share_log
-from sharestate.replay.views import offset_row, prune_row, state_row
+from sharestate.replay.views import offset_rows, prune_row, state_row
 from sharestate.runtime import quiet_gc
 
 if TYPE_CHECKING:
@@ -107,15 +107,6 @@ def _output(path: str | None) -> Iterator[_Sink]:
     finally:
         with suppress(OSError):  # the flush above reported it
             handle.close()
-
-
-def _dialect_arg(value: str) -> str | None:
-    if value == "auto":
-        return None
-    if value not in dialect_names():
-        raise argparse.ArgumentTypeError(
-            f"unknown dialect {value!r} (choose auto, {', '.join(dialect_names())})")
-    return value
 
 
 def _table_line(row: dict[str, Any]) -> str:
@@ -270,25 +261,8 @@ def cmd_offsets(args: argparse.Namespace) -> int:
     """Committed consumer-group offsets as of a point (`--pending`: open transactions too)."""
     logs, unknown = _logs(args, CONSUMER_OFFSETS_TOPIC)
     results = [replay_group_log(log, as_of=_as_of(args)) for log in logs]
-    rows: list[dict[str, Any]] = []
-    for result in results:
-        offsets = result.coordinator.offsets
-        forecasts = {(f.group, f.topic, f.partition): f for f in forecast_expiry(
-            offsets, result.coordinator.groups.groups, args.retention_minutes)}
-        for (group, topic, partition), commit in sorted(offsets.committed()):
-            if args.group is not None and group != args.group:
-                continue
-            row = offset_row(group, topic, partition, commit)
-            forecast = forecasts[(group, topic, partition)]
-            row["expires_at"] = forecast.expires_at
-            row["expiry_reason"] = str(forecast.reason)
-            rows.append(row)
-        if args.pending:
-            for producer_id, pending in sorted(offsets.pending().items()):
-                for (group, topic, partition), commit in sorted(pending.items()):
-                    if args.group is None or group == args.group:
-                        rows.append(offset_row(group, topic, partition, commit,
-                                               state=f"pending:{producer_id}"))
+    rows = [row for result in results for row in offset_rows(
+        result.coordinator, args.retention_minutes, group=args.group, pending=args.pending)]
     _write_rows(rows, args.output)
     return _report(args, [*unknown, *((r.log.topic, r.log.partition, f) for r in results
                                       for f in r.findings)], 0)
@@ -602,10 +576,19 @@ def _add_report(sub: Any) -> None:
     command.set_defaults(func=cmd_report)
 
 
+def _add_serve(sub: Any) -> None:
+    from sharestate.app.serve.command import add_arguments, run
+
+    command = sub.add_parser("serve", help="replay a live cluster's state topics and answer "
+                                           "over HTTP", description=run.__doc__)
+    add_arguments(command)
+    command.set_defaults(func=run)
+
+
 def _add_sources(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", nargs="+",
                         help="segment file (.log or .log.gz), partition directory or log.dirs root")
-    parser.add_argument("--dialect", type=_dialect_arg, default=None,
+    parser.add_argument("--dialect", type=arguments.dialect, default=None,
                         help="record format: auto (detect per segment, default), "
                              + ", ".join(dialect_names()))
     parser.add_argument("--topic", choices=["__share_group_state", "__consumer_offsets"],
@@ -681,6 +664,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(sub)
     _add_quality(sub)
     _add_report(sub)
+    _add_serve(sub)
     return parser
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from sharestate.coordinator.group_offsets import OffsetListener
@@ -32,33 +32,52 @@ def replay_group_log(log: LogSource, *, as_of: AsOf = END,
                      ) -> GroupLogResult:
     """Replay `log` up to `as_of` (default: its end); `observe` sees each batch before its
     records apply (not one whose first record is past the stop point)."""
-    names = list(log.dialects)
-    coordinator = GroupCoordinatorReplay(dialect(names[-1]), listener)
-    result = GroupLogResult(log, coordinator)
-    for item in log.batches():
-        if observe is not None and (isinstance(item, Finding) or not item.records or not
-                                    as_of.passed(item.records[0].offset,
-                                                 item.records[0].timestamp)):
-            observe(item)
-        if isinstance(item, Finding):
-            result.findings.append(item)
-            continue
-        header = item.header
-        if item.records and as_of.passed(item.records[0].offset, item.records[0].timestamp):
-            return result
-        result.findings.extend(item.findings)
-        result.findings.extend(item.failed)
-        for record, decoded in zip(item.records, item.decoded, strict=True):
-            if as_of.passed(record.offset, record.timestamp):
-                return result
-            if isinstance(decoded, ControlRecord):
-                if decoded.type in ("COMMIT", "ABORT"):
-                    coordinator.end_transaction(header.producer_id, decoded.type == "COMMIT",
-                                                record.offset)
-            elif not isinstance(decoded, Finding):  # a bad one is in `item.failed`
-                coordinator.replay(record.offset, header.producer_id, decoded,
-                                   record.timestamp)
-            result.records += 1
-            result.last_applied_offset = record.offset
-            result.last_applied_timestamp = record.timestamp
-    return result
+    replay = GroupReplay(log, as_of=as_of, listener=listener, observe=observe)
+    for _ in replay.steps():
+        pass
+    return replay.result
+
+
+class GroupReplay:
+    """`replay_group_log` as steps (one per batch read): `result` is current between steps
+    and complete when the iteration ends (what a replay that follows a live log reads)."""
+
+    def __init__(self, log: LogSource, *, as_of: AsOf = END,
+                 listener: OffsetListener | None = None,
+                 observe: Callable[[DecodedBatch | Finding], None] | None = None) -> None:
+        names = list(log.dialects)
+        self.result = GroupLogResult(log, GroupCoordinatorReplay(dialect(names[-1]), listener))
+        self.as_of = as_of
+        self.observe = observe
+
+    def steps(self) -> Iterator[None]:
+        result, as_of, observe = self.result, self.as_of, self.observe
+        coordinator = result.coordinator
+        for item in result.log.batches():
+            if observe is not None and (isinstance(item, Finding) or not item.records or not
+                                        as_of.passed(item.records[0].offset,
+                                                     item.records[0].timestamp)):
+                observe(item)
+            if isinstance(item, Finding):
+                result.findings.append(item)
+                yield None
+                continue
+            header = item.header
+            if item.records and as_of.passed(item.records[0].offset, item.records[0].timestamp):
+                return
+            result.findings.extend(item.findings)
+            result.findings.extend(item.failed)
+            for record, decoded in zip(item.records, item.decoded, strict=True):
+                if as_of.passed(record.offset, record.timestamp):
+                    return
+                if isinstance(decoded, ControlRecord):
+                    if decoded.type in ("COMMIT", "ABORT"):
+                        coordinator.end_transaction(header.producer_id,
+                                                    decoded.type == "COMMIT", record.offset)
+                elif not isinstance(decoded, Finding):  # a bad one is in `item.failed`
+                    coordinator.replay(record.offset, header.producer_id, decoded,
+                                       record.timestamp)
+                result.records += 1
+                result.last_applied_offset = record.offset
+                result.last_applied_timestamp = record.timestamp
+            yield None

@@ -166,7 +166,6 @@ class ShareReplay:
         result = self.result
         shard = result.shard
         as_of = result.as_of
-        ledger = result.ledger
         findings = result.findings
         history = self.history
         context = shard.native_context() if native.enabled() and history is None else None
@@ -222,12 +221,18 @@ class ShareReplay:
                 break
             result.bytes += header.size_in_bytes
             result.log_end_offset = header.last_offset + 1
-            ledger.add(header.last_offset, len(records), header.size_in_bytes)
-            ledger.advance(shard.last_redundant_offset())
+            result.ledger.add(header.last_offset, len(records), header.size_in_bytes)
+            self._advance_ledger()
             yield entries
-        ledger.advance(shard.last_redundant_offset())
-        result.reclaimable_records = ledger.records
-        result.reclaimable_bytes = ledger.bytes
+        self._advance_ledger()
+
+    def _advance_ledger(self) -> None:
+        """Move the prune ledger to the shard's prune point; `result` says what it frees
+        (after every batch, so a replay that never ends is always current)."""
+        result = self.result
+        result.ledger.advance(result.shard.last_redundant_offset())
+        result.reclaimable_records = result.ledger.records
+        result.reclaimable_bytes = result.ledger.bytes
 
     def _quiet_run(self, run: QuietRun, applier: _Applier, context: NativeContext | None,
                    slots: SlotTable) -> list[HistoryEntry]:
@@ -257,7 +262,7 @@ class ShareReplay:
         ledger.extend(zip(map(_LAST_OFFSET, headers), map(sub, run.ends, [0, *run.ends[:-1]]),
                           sizes, strict=True))
         result.log_end_offset = headers[-1].last_offset + 1
-        ledger.advance(result.shard.last_redundant_offset())
+        self._advance_ledger()
         return entries
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from sharestate.coordinator.expiry import forecast_expiry
 from sharestate.coordinator.group_offsets import CommittedOffset
+from sharestate.coordinator.group_replay import GroupCoordinatorReplay
 from sharestate.coordinator.shard import ShareShard
 from sharestate.coordinator.share_state import SNAPSHOT_TYPE, ShareKey, SharePartitionState
 from sharestate.records.catalog import SHARE_STATE_TOPIC, dialect
@@ -101,3 +103,28 @@ def offset_row(group: str, topic: str, partition: int, commit: CommittedOffset,
         "producer_id": commit.producer_id,
         "state": state,
     }
+
+
+def offset_rows(coordinator: GroupCoordinatorReplay, retention_minutes: int, *,
+                group: str | None = None, pending: bool = False) -> list[dict[str, Any]]:
+    """`sharestate offsets` rows of one replayed offsets partition: each committed offset
+    with its expiry forecast (`pending`: then each open transactional commit)."""
+    offsets = coordinator.offsets
+    forecasts = {(f.group, f.topic, f.partition): f for f in forecast_expiry(
+        offsets, coordinator.groups.groups, retention_minutes)}
+    rows: list[dict[str, Any]] = []
+    for (group_id, topic, partition), commit in sorted(offsets.committed()):
+        if group is not None and group_id != group:
+            continue
+        row = offset_row(group_id, topic, partition, commit)
+        forecast = forecasts[(group_id, topic, partition)]
+        row["expires_at"] = forecast.expires_at
+        row["expiry_reason"] = str(forecast.reason)
+        rows.append(row)
+    if pending:
+        for producer_id, open_commits in sorted(offsets.pending().items()):
+            for (group_id, topic, partition), commit in sorted(open_commits.items()):
+                if group is None or group_id == group:
+                    rows.append(offset_row(group_id, topic, partition, commit,
+                                           state=f"pending:{producer_id}"))
+    return rows

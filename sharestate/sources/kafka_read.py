@@ -64,7 +64,8 @@ def _headers(message: Message) -> list[dict[str, object]]:
     return [{"key": key, "value": value} for key, value in pairs]
 
 
-def _batch(rows: list[Message]) -> pa.RecordBatch:
+def messages_batch(rows: list[Message]) -> pa.RecordBatch:
+    """Consumed messages as one batch of `RAW_SCHEMA` rows."""
     timestamps = [m.timestamp() for m in rows]
     return pa.RecordBatch.from_arrays([
         pa.array([m.topic() for m in rows], pa.string()),
@@ -117,7 +118,7 @@ def read_range(options: KafkaReadOptions, offsets: OffsetRange,
                                        f" ms at offset {position} (range ends at "
                                        f"{offsets.end})")
             if len(pending) >= batch_rows or (pending and position >= offsets.end):
-                yield _batch(pending)
+                yield messages_batch(pending)
                 pending = []
     except KafkaException as exc:
         raise KafkaSourceError(options.redact(f"reading {where}: {exc}")) from None

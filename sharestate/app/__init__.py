@@ -1,0 +1,1 @@
+"""What users run on top of the core: the long-running `serve` service."""

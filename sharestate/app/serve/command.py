@@ -1,0 +1,108 @@
+"""The `serve` subcommand's arguments and its run (until SIGTERM or SIGINT)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from typing import Any
+
+from sharestate import arguments, exit_codes
+from sharestate.coordinator.expiry import DEFAULT_RETENTION_MINUTES
+from sharestate.coordinator.shard import KAFKA, SEMANTICS
+from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
+
+KAFKA_SCHEME = "kafka://"
+DEFAULT_LISTEN = "127.0.0.1:8080"
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """An argparse type: HOST:PORT (port 0: any free port)."""
+    host, colon, port = text.rpartition(":")
+    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"must be HOST:PORT, not {text!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def kafka_source(text: str) -> str:
+    """An argparse type: kafka://HOST:PORT[,HOST:PORT...] -> the bootstrap servers."""
+    servers = text.removeprefix(KAFKA_SCHEME)
+    if not text.startswith(KAFKA_SCHEME) or not servers:
+        raise argparse.ArgumentTypeError(f"must be kafka://HOST:PORT[,...], not {text!r}")
+    return servers
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--source", type=kafka_source, required=True, metavar="kafka://HOST:PORT",
+                        help="the cluster (credentials from SHARESTATE_KAFKA_* variables)")
+    parser.add_argument("--listen", type=listen_address, default=DEFAULT_LISTEN,
+                        metavar="HOST:PORT", help="HTTP address (default %(default)s)")
+    parser.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a librdkafka client property, e.g. security.protocol=SASL_SSL")
+    parser.add_argument("--connect-timeout", type=arguments.seconds, default=10.0,
+                        metavar="SECONDS", help="how long the cluster may take to answer first")
+    parser.add_argument("--dialect", type=arguments.dialect, default=None,
+                        help="record schemas (default: detected per partition)")
+    parser.add_argument("--semantics", choices=SEMANTICS, default=KAFKA,
+                        help="kafka (markers ignored, as Kafka does) or transactional-acks")
+    parser.add_argument("--snapshot-update-records", type=arguments.records_per_snapshot,
+                        default=DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT,
+                        help="share.coordinator.snapshot.update.records.per.snapshot")
+    parser.add_argument("--retention-minutes", type=arguments.retention_minutes,
+                        default=DEFAULT_RETENTION_MINUTES,
+                        help="offsets.retention.minutes for the expiry forecast")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM or SIGINT (exit 0); exit 2 when the cluster cannot be read."""
+    from sharestate.app.serve.live_log import ReplayOptions
+    from sharestate.app.serve.service import start
+    from sharestate.sources import (
+        KafkaOptionError,
+        KafkaSourceError,
+        check_reachable,
+        parse_options,
+    )
+
+    try:
+        extra = arguments.key_values(args.kafka_option, "--kafka-option")
+        options = parse_options({"bootstrap.servers": args.source,
+                                 **{f"kafka.{k}": v for k, v in extra.items()}})
+    except (ValueError, KafkaOptionError) as exc:
+        print(f"sharestate: error: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
+    for warning in arguments.secret_warnings(extra, "--kafka-option"):
+        print(warning, file=sys.stderr)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        check_reachable(options, args.connect_timeout)
+        service = start(options, args.listen,
+                        ReplayOptions(args.dialect, args.semantics,
+                                      args.snapshot_update_records),
+                        retention_minutes=args.retention_minutes, version=_version())
+    except (KafkaSourceError, OSError) as exc:
+        print(f"sharestate: error: {options.redact(str(exc))}", file=sys.stderr)
+        return exit_codes.USAGE
+    host, port = service.address
+    print(f"sharestate serve: listening on http://{host}:{port}", file=sys.stderr, flush=True)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    stop.wait()
+    service.close()
+    return exit_codes.OK
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sharestate")
+    except PackageNotFoundError:
+        return "0"

@@ -1,0 +1,202 @@
+"""One internal-topic partition that keeps growing, replayed as its records arrive.
+
+`LiveLog` is a `LogSource` whose batches never end: the tailer puts chunks of consumed
+records (Arrow batches of the raw schema) or end-of-partition marks on its queue, and each
+chunk is decoded by `ArrowLog`, exactly as the Spark replay task decodes the bronze rows
+of a live read. `PartitionReplay` runs the core's replay over it in a thread; the shared
+lock is held while a chunk's records apply, so a reader under the lock sees the state
+between chunks, never inside one.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TypeAlias
+
+import pyarrow as pa
+
+from sharestate.coordinator.shard import KAFKA
+from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
+from sharestate.log import Finding
+from sharestate.records.catalog import SHARE_STATE_TOPIC
+from sharestate.records.detect import detect
+from sharestate.records.keyvalue import KeyValue
+from sharestate.records.segment import DecodedBatch, LogItem, QuietRun, record_finding
+from sharestate.replay.group_log import GroupLogResult, GroupReplay
+from sharestate.replay.share_log import ShareLogResult, ShareReplay
+from sharestate.tables.arrow_log import COLUMNS, ArrowLog
+from sharestate.tables.spec import table
+
+_BRONZE = table("log_records").arrow_schema()
+DETECT_SAMPLE = 64
+"""Records of a partition's first chunk its dialect is detected from."""
+
+Chunk: TypeAlias = pa.RecordBatch | int
+"""Consumed records of one partition in offset order, or the offset its end was seen at."""
+
+
+def bronze_rows(raw: pa.RecordBatch) -> pa.RecordBatch:
+    """Consumed rows (`sharestate.sources.RAW_SCHEMA`) with the batch columns a consumer
+    cannot see added as nulls, as the bronze table holds a live read."""
+    names = list(raw.schema.names)
+    arrays = list(raw.columns)
+    for name in COLUMNS:
+        if name not in names:
+            names.append(name)
+            arrays.append(pa.nulls(raw.num_rows, _BRONZE.field(name).type))
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+class LiveLog:
+    """A partition log fed by the tailer (see the module docstring)."""
+
+    def __init__(self, topic: str, partition: int, dialect: str, lock: threading.Lock,
+                 progress: Progress) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.dialect = dialect
+        self.lock = lock
+        self.progress = progress
+        self.chunks: queue.SimpleQueue[Chunk | None] = queue.SimpleQueue()
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def dialects(self) -> tuple[str, ...]:
+        return (self.dialect,)
+
+    def batches(self) -> Iterator[DecodedBatch | Finding]:
+        for item in self.items():
+            if isinstance(item, QuietRun):
+                yield from item.batches()
+            else:
+                yield item
+
+    def items(self) -> Iterator[LogItem]:
+        """Each chunk's batches (quiet ones in runs) until `None` is put; the lock is held
+        from a chunk's first batch until its last has applied."""
+        while (chunk := self.chunks.get()) is not None:
+            with self.lock:
+                if isinstance(chunk, int):
+                    self.progress.reached(chunk)
+                    continue
+                for item in ArrowLog(self.topic, self.partition, [bronze_rows(chunk)],
+                                     self.dialect).items():
+                    yield from self._with_failures(item)
+                self.progress.consumed(chunk)
+
+    def _with_failures(self, item: LogItem) -> Iterator[LogItem]:
+        """`item`, each record that did not decode a finding of its batch (`failed`), as
+        the segment reader gives them; a quiet run holding one is given batch by batch."""
+        if isinstance(item, QuietRun):
+            if not any(isinstance(d, KeyValue) and d.error is not None for d in item.decoded):
+                yield item
+                return
+            for batch in item.batches():
+                yield from self._with_failures(batch)
+            return
+        if isinstance(item, Finding):
+            yield item
+            return
+        failed = tuple(f for r, d in zip(item.records, item.decoded, strict=True)
+                       if (f := record_finding(item.header, r, d, self.name)) is not None)
+        yield item._replace(failed=failed) if failed else item
+
+
+@dataclass
+class Progress:
+    """How far a partition has been read: the next offset to consume, records applied and
+    the last applied record's timestamp (all read under the shared lock)."""
+
+    position: int = 0
+    records: int = 0
+    last_timestamp: int | None = None
+
+    def consumed(self, chunk: pa.RecordBatch) -> None:
+        offsets = chunk.column("offset")
+        self.position = max(self.position, int(offsets[-1].as_py()) + 1)
+        self.records += chunk.num_rows
+        self.last_timestamp = chunk.column("timestamp")[-1].as_py()
+
+    def reached(self, end: int) -> None:
+        """The consumer saw the partition's end at `end` (past trailing control records)."""
+        self.position = max(self.position, end)
+
+
+@dataclass
+class ReplayOptions:
+    """How the replays run: a pinned dialect (None: detect), semantics, Kafka's config."""
+
+    dialect: str | None = None
+    semantics: str = KAFKA
+    snapshot_update_records_per_snapshot: int = DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
+
+
+@dataclass
+class PartitionReplay:
+    """The replay of one internal-topic partition: started by its first chunk (which
+    tells its dialect), then fed until `stop`."""
+
+    topic: str
+    partition: int
+    lock: threading.Lock
+    options: ReplayOptions
+    progress: Progress = field(default_factory=Progress)
+    log: LiveLog | None = None
+    share: ShareReplay | None = None
+    group: GroupReplay | None = None
+    thread: threading.Thread | None = None
+    failure: BaseException | None = None
+
+    def feed(self, chunk: Chunk) -> None:
+        """Queue consumed records (or an end mark) for the replay thread."""
+        if self.log is None:
+            if isinstance(chunk, int):
+                with self.lock:
+                    self.progress.reached(chunk)
+                return
+            self._start(chunk)
+        assert self.log is not None
+        self.log.chunks.put(chunk)
+
+    def _start(self, first: pa.RecordBatch) -> None:
+        sample = zip(first.column("key").to_pylist()[:DETECT_SAMPLE],
+                     first.column("value").to_pylist()[:DETECT_SAMPLE], strict=True)
+        found = detect(sample, topic=self.topic, dialect_name=self.options.dialect)
+        self.log = LiveLog(self.topic, self.partition, found.dialect, self.lock, self.progress)
+        if self.topic == SHARE_STATE_TOPIC:
+            self.share = ShareReplay(self.log, semantics=self.options.semantics,
+                                     snapshot_update_records_per_snapshot=(
+                                         self.options.snapshot_update_records_per_snapshot))
+            steps: Iterator[object] = self.share.steps()
+        else:
+            self.group = GroupReplay(self.log)
+            steps = self.group.steps()
+        self.thread = threading.Thread(target=self._run, args=(steps,),
+                                       name=f"replay-{self.log.name}", daemon=True)
+        self.thread.start()
+
+    def _run(self, steps: Iterator[object]) -> None:
+        try:
+            for _ in steps:
+                pass
+        except BaseException as exc:  # surfaced by /healthz and the service's exit
+            self.failure = exc
+
+    @property
+    def share_result(self) -> ShareLogResult | None:
+        return self.share.result if self.share is not None else None
+
+    @property
+    def group_result(self) -> GroupLogResult | None:
+        return self.group.result if self.group is not None else None
+
+    def stop(self) -> None:
+        if self.log is not None and self.thread is not None:
+            self.log.chunks.put(None)
+            self.thread.join(timeout=10)

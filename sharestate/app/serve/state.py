@@ -1,0 +1,134 @@
+"""What the service answers: the live replays read under the shared lock, in the shapes of
+the offline commands (`sharestate state`, `offsets`) and of the Delta tables (lag,
+redelivery, prune recommendations)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from sharestate.analytics.context import StateContext, live_states
+from sharestate.analytics.lag import LIVE, EndOffsets, lag_rows, topic_names
+from sharestate.analytics.prune import prune_recommendation
+from sharestate.analytics.redelivery import redelivery_rows
+from sharestate.app.serve.live_log import PartitionReplay, ReplayOptions
+from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
+from sharestate.records.segment import finding_json
+from sharestate.replay.share_log import ShareLogResult
+from sharestate.replay.views import offset_rows, state_row
+
+END_OFFSETS_TTL_S = 2.0
+"""How long fetched data-topic end offsets are reused (lag, metrics)."""
+
+
+@dataclass
+class Readiness:
+    """Applied every record up to the end offsets seen at start?"""
+
+    ready: bool
+    behind: int
+    partitions: int
+
+    def json(self) -> dict[str, Any]:
+        return {"ready": self.ready, "records_behind_start_end": self.behind,
+                "partitions": self.partitions}
+
+
+class LiveState:
+    """Every internal-topic partition's replay, and the views over them."""
+
+    def __init__(self, partitions: list[tuple[str, int]], start_ends: dict[tuple[str, int], int],
+                 options: ReplayOptions, end_offsets: Callable[[], EndOffsets],
+                 retention_minutes: int) -> None:
+        self.lock = threading.Lock()
+        self.replays = {where: PartitionReplay(*where, self.lock, options)
+                        for where in sorted(partitions)}
+        self.start_ends = start_ends
+        self.fetch_end_offsets = end_offsets
+        self.retention_minutes = retention_minutes
+        self._ends: tuple[float, EndOffsets] | None = None
+
+    def _share(self) -> Iterator[ShareLogResult]:
+        for (topic, _), replay in self.replays.items():
+            if topic == SHARE_STATE_TOPIC and (result := replay.share_result) is not None:
+                yield result
+
+    def readiness(self) -> Readiness:
+        with self.lock:
+            behind = sum(max(end - self.replays[where].progress.position, 0)
+                         for where, end in self.start_ends.items())
+        return Readiness(behind == 0, behind, len(self.replays))
+
+    def failure(self) -> str | None:
+        """Why a replay thread died (an internal error), if one did."""
+        for replay in self.replays.values():
+            if replay.failure is not None:
+                return f"{replay.topic}-{replay.partition}: {replay.failure!r}"
+        return None
+
+    def share_partitions(self, group: str | None = None) -> list[dict[str, Any]]:
+        with self.lock:
+            return [state_row(result, key) for result in self._share()
+                    for key in sorted(result.shard)
+                    if (group is None or key.group_id == group)]
+
+    def end_offsets(self) -> EndOffsets:
+        """The data topics' end offsets from the cluster (reused for `END_OFFSETS_TTL_S`)."""
+        now = time.monotonic()
+        if self._ends is None or now - self._ends[0] > END_OFFSETS_TTL_S:
+            self._ends = (now, self.fetch_end_offsets())
+        return self._ends[1]
+
+    def names(self) -> dict[str, str]:
+        """Topic id -> name from the share groups' metadata (call under the lock)."""
+        names: dict[str, str] = {}
+        for (topic, _), replay in self.replays.items():
+            if topic == CONSUMER_OFFSETS_TOPIC and (result := replay.group_result) is not None:
+                names.update(topic_names(result.coordinator.groups.share_partitions))
+        return names
+
+    def lag(self, group: str | None = None) -> list[dict[str, Any]]:
+        ends = self.end_offsets()
+        with self.lock:
+            names = self.names()
+            return [row for result in self._share() for row in lag_rows(
+                _states(result, group), StateContext.of(result), end_offsets=ends,
+                end_offset_source=LIVE, names=names)]
+
+    def redelivery(self, group: str | None = None) -> list[dict[str, Any]]:
+        with self.lock:
+            return [row for result in self._share() for row in redelivery_rows(
+                _states(result, group), StateContext.of(result))]
+
+    def prune(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return [prune_recommendation(result) for result in self._share()]
+
+    def consumer_group_offsets(self, group: str | None = None) -> list[dict[str, Any]]:
+        with self.lock:
+            return [row for (topic, _), replay in self.replays.items()
+                    if topic == CONSUMER_OFFSETS_TOPIC
+                    and (result := replay.group_result) is not None
+                    for row in offset_rows(result.coordinator, self.retention_minutes,
+                                           group=group)]
+
+    def findings(self) -> list[dict[str, Any]]:
+        with self.lock:
+            rows: list[dict[str, Any]] = []
+            for (topic, partition), replay in self.replays.items():
+                result = replay.share_result or replay.group_result
+                if result is not None:
+                    rows.extend(finding_json(f, topic, partition) for f in result.findings)
+            return rows
+
+    def stop(self) -> None:
+        for replay in self.replays.values():
+            replay.stop()
+
+
+def _states(result: ShareLogResult, group: str | None) -> list[tuple[Any, Any]]:
+    return [(key, state) for key, state in sorted(live_states(result.shard))
+            if group is None or key.group_id == group]

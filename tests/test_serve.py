@@ -1,0 +1,216 @@
+"""`sharestate serve` against a live broker (librdkafka's mock cluster, in this process).
+
+Kafka-written records of both internal topics are produced to the cluster (offsets from 0),
+and the same records are written as segment files; the service's answers must equal the
+offline commands' (`sharestate state`, `sharestate offsets`) field by field — also for
+records produced while it runs. A record that does not decode becomes a finding and a
+metric while the rest still applies, and a credential never shows in any answer or log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from conftest import conformance_dir
+from prometheus_client.parser import text_string_to_metric_families
+
+from sharestate.app.serve.live_log import ReplayOptions
+from sharestate.app.serve.service import Service, start
+from sharestate.cli import main
+from sharestate.log import RawRecord, read_batches
+from sharestate.log.builder import SegmentWriter, build_batch
+from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
+from sharestate.sources import parse_options
+
+PASSWORD = "s3cret-serve-password"
+FIXTURES = {SHARE_STATE_TOPIC: "share_codec_none.log",
+            CONSUMER_OFFSETS_TOPIC: "consumer_offsets_records.log"}
+GARBAGE = (b"\x00\x63garbage-key", b"\x00\x01not-a-value")  # record type 99: unknown
+
+
+def fixture_records(name: str) -> list[RawRecord]:
+    """The fixture's data records, offsets renumbered from 0 (as a fresh topic holds them)."""
+    with (conformance_dir("kafka-4.4-dev") / name).open("rb") as segment:
+        records = [r for batch in read_batches(segment)
+                   if hasattr(batch, "records") and not batch.header.is_control
+                   for r in batch.records]
+    return [r._replace(offset=i, sequence=-1) for i, r in enumerate(records)]
+
+
+@dataclass
+class Cluster:
+    bootstrap: str
+    records: dict[str, list[RawRecord]]
+    producer: Producer
+    cluster: Producer  # holds the mock cluster: it lives as long as this client
+
+    def produce(self, topic: str, records: list[RawRecord], partition: int = 0) -> None:
+        for record in records:
+            self.producer.produce(topic, key=record.key, value=record.value,
+                                  partition=partition, timestamp=record.timestamp)
+        assert self.producer.flush(30) == 0
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    mock = Producer({"test.mock.num.brokers": 1})
+    brokers = mock.list_topics(timeout=10).brokers.values()
+    bootstrap = ",".join(f"{b.host}:{b.port}" for b in brokers)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    records = {topic: fixture_records(name) for topic, name in FIXTURES.items()}
+    yield Cluster(bootstrap, records, producer, mock)
+
+
+@pytest.fixture(scope="module")
+def service(cluster: Cluster) -> Iterator[Service]:
+    """Serving after two thirds of each topic's records were written (the rest come later)."""
+    for topic, records in cluster.records.items():
+        cluster.produce(topic, records[:len(records) * 2 // 3])
+    options = parse_options({"bootstrap.servers": cluster.bootstrap, "timeoutMs": "10000"},
+                            env={"SHARESTATE_KAFKA_SASL_PASSWORD": PASSWORD})
+    running = start(options, ("127.0.0.1", 0), ReplayOptions(), retention_minutes=10080,
+                    version="test")
+    yield running
+    running.close()
+
+
+def get(service: Service, path: str) -> tuple[int, Any]:
+    host, port = service.address
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=10) as answer:
+            body = answer.read().decode()
+            status = answer.status
+    except urllib.error.HTTPError as error:
+        body, status = error.read().decode(), error.code
+    return status, body if path == "/metrics" else json.loads(body)
+
+
+def eventually(check: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def offline(tmp_path: Path, command: str, records: dict[str, list[RawRecord]]
+            ) -> list[dict[str, Any]]:
+    """`sharestate <command>` over segment files of `records` (one batch per 40 records)."""
+    topic = CONSUMER_OFFSETS_TOPIC if command == "offsets" else SHARE_STATE_TOPIC
+    logs = tmp_path / command
+    with SegmentWriter(logs, topic, 0) as writer:
+        for start_at in range(0, len(records[topic]), 40):
+            writer.append(build_batch(records[topic][start_at:start_at + 40]))
+    out = tmp_path / f"{command}.jsonl"
+    assert main([command, str(logs), "--output", str(out)]) in (0, 1)  # 1: findings
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def test_serves_what_the_offline_commands_answer_also_for_records_arriving_later(
+        cluster: Cluster, service: Service, tmp_path: Path) -> None:
+    eventually(lambda: get(service, "/readyz")[0] == 200)
+    assert get(service, "/healthz") == (200, {"status": "up"})
+    early = {topic: records[:len(records) * 2 // 3]
+             for topic, records in cluster.records.items()}
+    assert get(service, "/v1/share-partitions")[1] == offline(tmp_path / "early", "state", early)
+    for topic, records in cluster.records.items():
+        cluster.produce(topic, records[len(records) * 2 // 3:])
+    expected = offline(tmp_path, "state", cluster.records)
+    assert expected
+    eventually(lambda: get(service, "/v1/share-partitions")[1] == expected)
+    group = expected[0]["group_id"]
+    assert get(service, f"/v1/share-partitions?group={group}")[1] == [
+        row for row in expected if row["group_id"] == group]
+    offsets = offline(tmp_path, "offsets", cluster.records)
+    assert offsets
+    eventually(lambda: get(service, "/v1/consumer-group-offsets")[1] == offsets)
+    unknown = [(f["topic"], f["offset"], f["kind"]) for f in get(service, "/v1/findings")[1]]
+    assert [f for f in unknown if f[0] == CONSUMER_OFFSETS_TOPIC] == [
+        (CONSUMER_OFFSETS_TOPIC, offset, "unknown_record_type") for offset in (46, 47, 48)]
+
+
+def test_analytics_endpoints_and_metrics_cover_every_share_partition(
+        cluster: Cluster, service: Service, tmp_path: Path) -> None:
+    eventually(lambda: get(service, "/readyz")[0] == 200)
+    states = get(service, "/v1/share-partitions")[1]
+    keys = {(s["group_id"], s["topic_id"], s["partition"]) for s in states}
+    lag = get(service, "/v1/lag")[1]
+    assert {(r["group_id"], r["topic_id"], r["partition"]) for r in lag} == keys
+    assert {r["start_offset"] for r in lag} == {s["start_offset"] for s in states}
+    prune = get(service, "/v1/prune")[1]
+    expected = offline(tmp_path, "prune", cluster.records)
+    assert [(r["state_partition"], r["prune_offset"], r["log_start_offset"],
+             [h["last_snapshot_offset"] for h in r["holding"]]) for r in prune] == [
+        (e["partition"], e["prune_offset"], e["log_start_offset"],
+         [h["last_snapshot_offset"] for h in e["holding"]]) for e in expected]
+    assert get(service, "/v1/redelivery")[0] == 200
+    families = {f.name: f for f in text_string_to_metric_families(get(service, "/metrics")[1])}
+    starts = {(s.labels["group"], s.labels["topic"], s.labels["partition"]): s.value
+              for s in families["sharestate_share_partition_start_offset"].samples}
+    assert len(starts) == len(states)
+    assert starts == {(r["group_id"], r["topic"] or r["topic_id"], str(r["partition"])):
+                      r["start_offset"] for r in lag}
+    applied = families["sharestate_serve_records_applied"].samples
+    assert sum(s.value for s in applied if s.name.endswith("_total")) > 0
+    assert get(service, "/v1/nothing")[0] == 404
+    assert get(service, "/v1/prune?group=x")[0] == 400
+    assert get(service, "/openapi.json")[1]["paths"]["/v1/share-partitions"]
+
+
+def test_a_record_that_does_not_decode_is_a_finding_and_the_rest_applies(
+        cluster: Cluster, service: Service) -> None:
+    eventually(lambda: get(service, "/readyz")[0] == 200)
+    good = cluster.records[SHARE_STATE_TOPIC][0]
+    bad = RawRecord(0, good.timestamp, -1, GARBAGE[0], GARBAGE[1], ())
+    cluster.produce(SHARE_STATE_TOPIC, [good, bad, good], partition=1)
+
+    def applied_in_partition_1() -> float:
+        families = text_string_to_metric_families(get(service, "/metrics")[1])
+        return sum(s.value for f in families if f.name == "sharestate_serve_records_applied"
+                   for s in f.samples if s.labels["state_partition"] == "1"
+                   and s.labels["state_topic"] == SHARE_STATE_TOPIC)
+
+    eventually(lambda: applied_in_partition_1() == 3)
+    findings = [(f["topic"], f["partition"], f["offset"], f["kind"])
+                for f in get(service, "/v1/findings")[1]]
+    assert [f for f in findings if f[:2] == (SHARE_STATE_TOPIC, 1)] == [
+        (SHARE_STATE_TOPIC, 1, 1, "unknown_record_type")]
+    families = text_string_to_metric_families(get(service, "/metrics")[1])
+    errors = {s.labels["state_partition"]: s.value for f in families
+              if f.name == "sharestate_serve_decode_errors" for s in f.samples
+              if s.name.endswith("_total") and s.labels["state_topic"] == SHARE_STATE_TOPIC}
+    assert errors["1"] == 1
+    partition_1 = [s for s in get(service, "/v1/share-partitions")[1]
+                   if s["state_partition"] == 1]
+    assert partition_1 and partition_1[0]["as_of_offset"] == 2
+
+
+def test_the_credential_shows_in_no_answer_and_no_log(
+        service: Service, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    eventually(lambda: get(service, "/readyz")[0] == 200)
+    for path in ("/healthz", "/readyz", "/v1/share-partitions", "/v1/lag", "/v1/redelivery",
+                 "/v1/prune", "/v1/consumer-group-offsets", "/v1/findings", "/metrics",
+                 "/openapi.json"):
+        status, body = get(service, path)
+        assert status == 200, path
+        assert PASSWORD not in json.dumps(body), path
+    assert PASSWORD not in caplog.text
+    assert PASSWORD not in repr(service.tailer.options)
+
+
+def test_bad_arguments_exit_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--source", "http://x:1"]) == 2
+    assert main(["serve", "--source", "kafka://127.0.0.1:1", "--listen", "nowhere"]) == 2
+    assert main(["serve", "--source", "kafka://127.0.0.1:1", "--connect-timeout", "1"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith("sharestate: error: cannot reach the cluster")
