@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(PIP_INSTALL) -e '.[dev]'
-	$(BIN)/python -m pipelines.class_archive
+	$(BIN)/python -m sharestate.spark.class_archive
 	rm -f $(VENV)/.installed-* $(VENV)/.native-* && touch $(STAMP) $(NATIVE_STAMP)
 
 # The extension again when its sources change (an editable install builds it in place).
@@ -49,7 +49,7 @@ $(AIRFLOW_STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(PIP_INSTALL) -e '.[dev,airflow]'
 	$(BIN)/python -c '$(PYSPARK_CHECK)'
-	$(BIN)/python -m pipelines.class_archive
+	$(BIN)/python -m sharestate.spark.class_archive
 	rm -f $(VENV)/.installed-* $(VENV)/.airflow-* $(VENV)/.native-*
 	touch $(STAMP) $(AIRFLOW_STAMP) $(NATIVE_STAMP)
 
@@ -67,9 +67,10 @@ test: $(AIRFLOW_STAMP) $(NATIVE_STAMP) jars ## run the whole test suite (install
 test-pure: $(AIRFLOW_STAMP) ## run the Kafka-fixture conformance tests on the pure-Python paths
 	SHARESTATE_PURE_PYTHON=1 $(BIN)/python -m pytest -q $(CONFORMANCE_TESTS)
 
-lint: $(AIRFLOW_STAMP) $(NATIVE_STAMP) ## ruff, mypy (the DAG too: needs the airflow extra), the C stub against the extension
+lint: $(AIRFLOW_STAMP) $(NATIVE_STAMP) ## ruff, mypy (the DAG too: needs the airflow extra), the import layers, the C stub against the extension
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/python -m mypy.stubtest --mypy-config-file pyproject.toml sharestate._native
 
 bench: $(STAMP) $(NATIVE_STAMP) ## run the benchmarks (records/s; figures in docs/benchmarks.md)
@@ -79,7 +80,7 @@ bench: $(STAMP) $(NATIVE_STAMP) ## run the benchmarks (records/s; figures in doc
 	$(BIN)/python bench/resync.py
 
 docs: $(STAMP) $(NATIVE_STAMP) ## regenerate docs/configuration.md from the code
-	$(BIN)/python -m pipelines.reference > docs/configuration.md
+	$(BIN)/python -m sharestate.app.reference > docs/configuration.md
 
 clean: ## remove build output, demo data and the virtualenv
 	rm -rf build dist *.egg-info demo-data warehouse $(VENV) sharestate/_native.*.so

@@ -58,7 +58,7 @@ def _rss_mb(pid: int) -> float:
 def run_once(source: Path, cores: int) -> tuple[float, float]:
     """(seconds, peak driver RSS in MB) of one whole-pipeline run with `cores` cores."""
     with tempfile.TemporaryDirectory() as tmp:
-        command = [sys.executable, "-m", "pipelines.run_all", "--source", str(source),
+        command = [sys.executable, "-m", "sharestate.spark.run", "--source", str(source),
                    "--warehouse", str(Path(tmp) / "wh"), "--master", f"local[{cores}]",
                    "--conf", "spark.driver.memory=1g", "--conf", "spark.ui.enabled=false",
                    "--conf", f"spark.sql.shuffle.partitions={cores * 2}"]

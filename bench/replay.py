@@ -52,7 +52,7 @@ def in_subprocess(paths: list[str]) -> dict[str, float]:
 def simulated(records: int, state_partitions: int = 3) -> Path:
     """A simulated log of `records` share-state records over `state_partitions` partitions
     of `__share_group_state` (generated once, then reused)."""
-    from sharestate.persister import SimulationConfig, simulate
+    from sharestate.simulate import SimulationConfig, simulate
 
     root = CACHE / f"sim-{records}-p{state_partitions}"
     if not (root / ".complete").exists():

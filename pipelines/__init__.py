@@ -1,1 +1,2 @@
-"""Spark jobs over the sharestate core: session, sources, bronze/silver/gold pipelines."""
+"""Entry scripts for `spark-submit pipelines/<job>.py`: thin, imported by nothing; the jobs
+live in `sharestate.spark`."""

@@ -2,7 +2,7 @@
 
 import sys
 
-from pipelines.run_all import main
+from sharestate.spark.run import main
 
 if __name__ == "__main__":
     sys.exit(main(jobs=("analytics",)))

@@ -2,6 +2,6 @@
 
 import sys
 
-from sharestate.cli import main
+from sharestate.app.cli import main
 
 sys.exit(main())

@@ -116,7 +116,7 @@ def secret_warnings(settings: dict[str, str], flag: str) -> list[str]:
     """A warning per setting that holds a credential: a command line shows in `ps` (and
     PySpark hands `--conf` values to spark-submit's argv) and in shell history. Kafka's
     credentials have environment variables (`SHARESTATE_KAFKA_*`) that never leak."""
-    from sharestate.sources.kafka_options import SENSITIVE, env_name
+    from sharestate.cluster.kafka_options import SENSITIVE, env_name
 
     warnings = []
     for key, value in settings.items():

@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from pipelines import run_all
+from sharestate.spark import run as run_all
 
 ROOT = Path(__file__).resolve().parent.parent
 DAGS = ROOT / "airflow" / "dags"
@@ -566,17 +566,18 @@ def test_run_all_records_the_given_run_id(monkeypatch: pytest.MonkeyPatch,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     """`--run-id` reaches the jobs; the closing line the DAG looks for (exit 1 = findings
     only after it) names the run."""
-    from pipelines import jobs
+    from sharestate.spark.jobs import decode as decode_job
+    from sharestate.spark.jobs.warehouse import RunReport
 
     seen: list[str] = []
 
     def decode(spark: Any, warehouse: Any, *, run_id: str,
-               only_run: str | None) -> jobs.RunReport:
+               only_run: str | None) -> RunReport:
         seen.append(run_id)
         assert only_run == (RUN_ID if len(seen) == 1 else None)
-        return jobs.RunReport("decode", run_id)
+        return RunReport("decode", run_id)
 
-    monkeypatch.setattr(jobs, "decode", decode)
+    monkeypatch.setattr(decode_job, "decode", decode)
     args = run_all.parser().parse_args(["--warehouse", "/tmp/wh", "--run-id", RUN_ID])
     assert run_all.run(args, ("decode",), spark_factory=lambda *a, **k: None) == 0
     closing = capsys.readouterr().out.splitlines()[-1]

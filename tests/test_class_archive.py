@@ -1,4 +1,5 @@
-"""The class-data-sharing archive a local Spark JVM maps at start (`pipelines.class_archive`)."""
+"""The class-data-sharing archive a local Spark JVM maps at start
+(`sharestate.spark.class_archive`)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import class_archive
-from pipelines.session import REPO_ROOT
 from sharestate import jars
+from sharestate.spark import class_archive
+from sharestate.spark.session import REPO_ROOT
 
 
 def test_options_name_the_archive_only_when_it_exists_and_is_wanted(
@@ -32,7 +33,7 @@ def test_options_name_the_archive_only_when_it_exists_and_is_wanted(
 
 PROBE = """
 import sys
-from pipelines.session import build_session
+from sharestate.spark.session import build_session
 build_session("archive-probe", ui=False, conf={
     "spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={sys.argv[1]}"}
 ).range(3).count()
@@ -40,7 +41,7 @@ build_session("archive-probe", ui=False, conf={
 
 
 def test_a_local_session_maps_the_archive_make_install_made(tmp_path: Path) -> None:
-    """`make install` runs `python -m pipelines.class_archive`; a session's JVM then loads
+    """`make install` runs `python -m sharestate.spark.class_archive`; a session's JVM then loads
     Spark's classes from it (the JVM's class-load log names the archive as their source)."""
     path = class_archive.archive_path()
     if path is None:

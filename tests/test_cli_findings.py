@@ -16,7 +16,7 @@ import damage
 import pytest
 from conftest import conformance_dir
 
-from sharestate.cli import main
+from sharestate.app.cli import main
 from sharestate.log import build_control_batch
 from sharestate.log.framing import LOG_OVERHEAD
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import conformance_dir
 
 from sharestate import exit_codes
-from sharestate.cli import main
+from sharestate.app.cli import main
 
 BACKUP = "backups-2026-11-23"
 

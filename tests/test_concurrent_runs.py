@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from pipelines.session import build_session
 from sharestate.jars import delta_jars
 from sharestate.lake import open_lake
 from sharestate.lake.lease import LEASE_FILE, holder
-from sharestate.persister import SimulationConfig, simulate
+from sharestate.simulate import SimulationConfig, simulate
+from sharestate.spark.session import build_session
 
 pytestmark = pytest.mark.slow
 TABLES = ("log_records", "decode_errors", "share_state_records", "group_records",
@@ -65,7 +65,7 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _start(logs: Path, warehouse: Path, backend: str, *extra: str) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "pipelines.run_all", "--source", str(logs),
+    command = [sys.executable, "-m", "sharestate.spark.run", "--source", str(logs),
                "--warehouse", str(warehouse), *_backend_args(backend), *extra]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

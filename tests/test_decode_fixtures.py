@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from conftest import conformance_root
 
-from sharestate.cli import main
+from sharestate.app.cli import main
 from sharestate.records.spec import snake_case
 
 CONTRACT_FIELDS = ["topic", "partition", "offset", "timestamp", "timestamp_type", "batch",

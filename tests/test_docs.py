@@ -66,8 +66,8 @@ def cookbook_queries() -> list[str]:
 def test_cookbook_queries_run(tour: Path) -> None:
     """Every cookbook query against the warehouse the README tour built (same group names
     as the demo's)."""
-    from pipelines.session import build_session
     from sharestate.lake import register_views
+    from sharestate.spark.session import build_session
 
     spark = build_session("test-cookbook", ui=False)
     register_views(spark, tour)
@@ -78,15 +78,16 @@ def test_cookbook_queries_run(tour: Path) -> None:
 
 
 def test_configuration_reference_is_rendered_from_the_code() -> None:
-    """docs/configuration.md is what `python -m pipelines.reference` renders now, and it
+    """docs/configuration.md is what `python -m sharestate.app.reference` renders now, and it
     covers every command, job argument, Spark default and quality key."""
-    from pipelines.reference import render
-    from pipelines.session import DEFAULTS
+    from sharestate.app.reference import render
     from sharestate.quality.config import QualityConfig
+    from sharestate.spark.session import DEFAULTS
 
     page = render()
     committed = (PROJECT_ROOT / "docs" / "configuration.md").read_text("utf-8")
-    assert committed == page, "regenerate: python -m pipelines.reference > docs/configuration.md"
+    assert committed == page, \
+        "regenerate: python -m sharestate.app.reference > docs/configuration.md"
     for needle in ("### `sharestate run`", "### `sharestate decode`", "--as-of-offset N",
                    "--run-id ID", "--kafka-option KEY=VALUE", *DEFAULTS,
                    *(f"`{name}`" for name in QualityConfig.__dataclass_fields__
@@ -117,8 +118,8 @@ def test_cookbook_progress_carries_each_share_partition_forward(tour: Path) -> N
     share-partition's SPSO as of the end of that bucket (its last state carried forward),
     computed here from the history rows; summing only the share-partitions that wrote in a
     bucket made progress seem to go backwards."""
-    from pipelines.session import build_session
     from sharestate.lake import register_views
+    from sharestate.spark.session import build_session
 
     width = 100  # the tour's log spans seconds: buckets where not every share-partition writes
     by_key: dict[tuple[str, str, int], list[tuple[int, int, bool, int]]] = {}
@@ -155,8 +156,8 @@ def test_cookbook_progress_carries_each_share_partition_forward(tour: Path) -> N
 def test_cookbook_poison_records_are_found(tour: Path) -> None:
     """"Poison records": the tour's workload has records no consumer can process; each one
     archived at the delivery limit (5) anywhere in the history is one row."""
-    from pipelines.session import build_session
     from sharestate.lake import register_views
+    from sharestate.spark.session import build_session
 
     expected = {(r["group_id"], r["topic_id"], r["partition"], offset)
                 for r in _history(tour) if not r["deleted"]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import conformance_dir
 
-from pipelines.run_all import main as run_all
-from sharestate.cli import main
+from sharestate.app.cli import main
+from sharestate.spark.run import main as run_all
 
 USAGE = 2
 HUGE = str(2**63)  # one past int64
@@ -147,14 +147,14 @@ def test_job_arguments(capsys: pytest.CaptureFixture[str], tmp_path: Path,
 
 def test_quality_conf_without_equals(capsys: pytest.CaptureFixture[str],
                                      tmp_path: Path) -> None:
-    from pipelines.quality import main as quality
+    from sharestate.spark.quality_job import main as quality
 
     assert quality(["--warehouse", str(tmp_path), "--conf", "noequals"]) == USAGE
     _one_line(capsys, "--conf", "KEY=VALUE")
 
 
 def test_quality_bad_spark_setting(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from pipelines.quality import main as quality
+    from sharestate.spark.quality_job import main as quality
 
     (tmp_path / "t" / "_delta_log").mkdir(parents=True)  # looks like a warehouse
     assert quality(["--warehouse", str(tmp_path), "--master", "bogus"]) == USAGE

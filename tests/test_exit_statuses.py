@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import quality, run_all
-from sharestate import cli, exit_codes
+from sharestate import exit_codes
+from sharestate.app import cli
+from sharestate.spark import quality_job as quality
+from sharestate.spark import run as run_all
 
 BUG_LINE = "this is a bug in sharestate"
 
@@ -71,7 +73,7 @@ def test_quality_entry_script_statuses(monkeypatch: pytest.MonkeyPatch,
 
 
 def _delta_jars_present() -> bool:
-    from pipelines.session import delta_jars_present, resolve_conf
+    from sharestate.spark.session import delta_jars_present, resolve_conf
 
     return delta_jars_present(resolve_conf())
 

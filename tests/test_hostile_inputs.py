@@ -37,7 +37,7 @@ from conftest import conformance_root
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sharestate.cli import main
+from sharestate.app.cli import main
 from sharestate.log import discover
 from sharestate.records.segment import detect_segment
 from sharestate.tables import bronze
@@ -422,7 +422,7 @@ def _disjoint(edits: list[Edit]) -> list[Edit]:
 _PROBE = """
 import sys
 from pathlib import Path
-from sharestate.cli import main
+from sharestate.app.cli import main
 status = main(sys.argv[1:])
 peak = [line.split()[1] for line in Path("/proc/self/status").read_text().splitlines()
         if line.startswith("VmHWM")][0]

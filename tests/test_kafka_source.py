@@ -19,10 +19,7 @@ from confluent_kafka import Producer
 from conftest import conformance_dir
 from pyspark.sql import SparkSession
 
-from pipelines.kafka_source import RAW_STRUCT, register
-from pipelines.session import build_session
-from sharestate.log import RawRecord, read_batches
-from sharestate.sources import (
+from sharestate.cluster import (
     CONSUMER_VISIBILITY,
     KafkaOptionError,
     KafkaSourceError,
@@ -33,6 +30,9 @@ from sharestate.sources import (
     read_range,
     resolve_ranges,
 )
+from sharestate.log import RawRecord, read_batches
+from sharestate.spark.kafka_source import RAW_STRUCT, register
+from sharestate.spark.session import build_session
 
 TOPIC = "__share_group_state"
 PADDING = 1000  # the fixture's records start at offset 1000: pad so offsets match

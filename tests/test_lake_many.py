@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 from pyspark import cloudpickle
 
-from pipelines.session import build_session
 from sharestate.lake import Lake, Target, open_lake
+from sharestate.spark.session import build_session
 
 EVENS = "n bigint not null, half bigint, part int not null"
 ODDS = "n bigint not null, tag string"

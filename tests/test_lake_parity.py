@@ -18,9 +18,9 @@ import pytest
 from conftest import PROJECT_ROOT, under_ci
 from pyspark.sql import DataFrame, SparkSession
 
-from pipelines.session import build_session
 from sharestate.jars import delta_jars
 from sharestate.lake import Lake, delta_classes_loaded, open_lake
+from sharestate.spark.session import build_session
 
 SCHEMA = ("topic string not null, partition int not null, offset bigint not null, "
           "day date, key binary, value binary")

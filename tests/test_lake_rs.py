@@ -15,9 +15,9 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.session import build_session
 from sharestate.lake import Lake, delta_classes_loaded, open_lake, register_views
 from sharestate.lake.base import as_frame
+from sharestate.spark.session import build_session
 
 SCHEMA = ("topic string not null, partition int not null, offset bigint not null, "
           "timestamp bigint, day date, key binary, value binary")

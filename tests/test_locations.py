@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import quality, run_all
-from sharestate.cli import build_parser
+from sharestate.app.cli import build_parser
 from sharestate.locations import location
+from sharestate.spark import quality_job as quality
+from sharestate.spark import run as run_all
 
 
 def _parsed(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, object]:

@@ -441,7 +441,7 @@ def test_a_batch_of_more_records_than_the_limit_is_refused() -> None:
 def test_six_million_null_records_keep_memory_flat(tmp_path: Path) -> None:
     path = tmp_path / "bomb.log"
     path.write_bytes(fixture() + null_record_batch(10_000, 6_000_000))
-    probe = ("import sys\nfrom pathlib import Path\nfrom sharestate.cli import main\n"
+    probe = ("import sys\nfrom pathlib import Path\nfrom sharestate.app.cli import main\n"
              "status = main(sys.argv[1:])\n"  # VmHWM: this process's peak (ru_maxrss is not:
              "peak = [line.split()[1] for line in Path('/proc/self/status').read_text()"
              ".splitlines() if line.startswith('VmHWM')][0]\n"  # it outlives exec on Linux)

@@ -21,10 +21,10 @@ import damage
 import pytest
 from conftest import conformance_dir
 
-from pipelines.run_all import main as run_all
-from pipelines.session import build_session
 from sharestate.lake import open_lake
 from sharestate.records.spec import snake_case
+from sharestate.spark.run import main as run_all
+from sharestate.spark.session import build_session
 
 pytestmark = pytest.mark.slow
 
@@ -259,7 +259,7 @@ def _damaged_share_log() -> tuple[bytes, list[int]]:
 def test_every_damaged_batch_has_its_decode_errors_row(spark: Any, tmp_path: Path) -> None:
     """The pipeline's decode_errors hold exactly the findings `sharestate decode` reports
     for the same bytes, one per damaged batch; every intact record is in log_records."""
-    from sharestate.cli import main as cli
+    from sharestate.app.cli import main as cli
 
     data, damaged = _damaged_share_log()
     target = tmp_path / "logs" / "__share_group_state-0"
@@ -296,7 +296,7 @@ def test_killed_run_then_rerun_completes(spark: Any, warehouse: Path, tmp_path: 
     source = Path(open_lake(spark).read(str(warehouse / "log_records")).first()["source"])
     root = source.parent.parent
     out = tmp_path / "killed"
-    command = [sys.executable, "-m", "pipelines.run_all", "--source", str(root), "--warehouse",
+    command = [sys.executable, "-m", "sharestate.spark.run", "--source", str(root), "--warehouse",
                str(out), "--snapshot-update-records", "5", "--conf", "spark.ui.enabled=false"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300

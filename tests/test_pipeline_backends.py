@@ -2,7 +2,7 @@
 the tables `rs` writes, Kafka's states among them, and a warehouse started by one backend is
 continued by the other (an incremental ingest, a re-run) as if one backend had done it all.
 
-Each run is its own process (`python -m pipelines.run_all --backend ...`): a JVM for the
+Each run is its own process (`python -m sharestate.spark.run --backend ...`): a JVM for the
 `jvm` backend starts with Delta's jars, which a JVM already running in this process lacks.
 """
 
@@ -20,9 +20,9 @@ import pytest
 from conftest import conformance_dir, under_ci
 from test_pipeline import OFFSET_FILES, SHARE_FILES, _kafka_partition, layout
 
-from pipelines.session import build_session
 from sharestate.jars import delta_jars
 from sharestate.lake import find_tables, open_lake
+from sharestate.spark.session import build_session
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +42,7 @@ def spark() -> Iterator[Any]:
 
 def run(source: Path, warehouse: Path, backend: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "pipelines.run_all", "--source", str(source), "--warehouse",
+        [sys.executable, "-m", "sharestate.spark.run", "--source", str(source), "--warehouse",
          str(warehouse), "--backend", backend, "--snapshot-update-records", "5",
          "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false"],
         capture_output=True, text=True, timeout=900)

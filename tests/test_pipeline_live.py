@@ -12,11 +12,11 @@ import pytest
 from confluent_kafka import Producer
 from conftest import conformance_dir
 
-from pipelines.run_all import main as run_all
-from pipelines.session import build_session
 from sharestate.lake import open_lake
 from sharestate.log import Batch, read_batches
 from sharestate.records.spec import snake_case
+from sharestate.spark.run import main as run_all
+from sharestate.spark.session import build_session
 
 pytestmark = pytest.mark.slow
 

@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
-from pipelines.quality import DOCS
-from pipelines.quality import main as quality_main
-from pipelines.run_all import JOBS, QUALITY, parser, run
-from pipelines.session import build_session
-from sharestate.cli import main as cli
+from sharestate.app.cli import main as cli
 from sharestate.lake import open_lake
-from sharestate.persister import SimulationConfig, simulate
 from sharestate.quality import GateResult, QualityConfig, load_config, run_gate
 from sharestate.quality.config import load_acknowledgements
+from sharestate.simulate import SimulationConfig, simulate
+from sharestate.spark.quality_job import DOCS
+from sharestate.spark.quality_job import main as quality_main
+from sharestate.spark.run import JOBS, QUALITY, parser, run
+from sharestate.spark.session import build_session
 
 pytestmark = pytest.mark.slow
 
@@ -122,7 +122,7 @@ def test_gate_that_cannot_run_exits_3(good: Path, monkeypatch: pytest.MonkeyPatc
     def broken(*_args: Any, **_kwargs: Any) -> Any:
         raise RuntimeError("executor lost")
 
-    monkeypatch.setattr("pipelines.quality.quality", broken)
+    monkeypatch.setattr("sharestate.spark.quality_job.quality", broken)
     assert cli(["quality", "--warehouse", str(good)]) == 3
     assert "the quality gate could not run: executor lost" in capsys.readouterr().err
 

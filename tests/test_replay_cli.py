@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from conftest import conformance_root
 
-from sharestate.cli import main
+from sharestate.app.cli import main
 from sharestate.records.spec import snake_case
 
 # Offsets where Kafka 4.0-dev's replay threw on a tombstone (a pre-release defect): we delete

@@ -20,16 +20,16 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from pipelines.jobs import Warehouse
-from pipelines.quality import quality
-from pipelines.run_all import parser, run
-from pipelines.session import build_session
-from sharestate.cli import main as cli
+from sharestate.app.cli import main as cli
+from sharestate.app.report.data import QUERIES, ReportData
+from sharestate.app.report.page import render
 from sharestate.lake import open_lake
-from sharestate.persister import SimulationConfig, simulate
 from sharestate.quality import load_config
-from sharestate.report.data import QUERIES, ReportData
-from sharestate.report.page import render
+from sharestate.simulate import SimulationConfig, simulate
+from sharestate.spark.jobs.warehouse import Warehouse
+from sharestate.spark.quality_job import quality
+from sharestate.spark.run import parser, run
+from sharestate.spark.session import build_session
 
 pytestmark = pytest.mark.slow
 
@@ -180,7 +180,7 @@ def _frames(**given: pd.DataFrame) -> dict[str, pd.DataFrame]:
 def test_lag_history_and_exact_lag_do_not_share_an_axis() -> None:
     """The history is a lower bound of tens of records, the exact lag now 1.2 M: on one axis
     the history was a flat line at zero. Separate panels; what is a lower bound says so."""
-    from sharestate.report.charts import lag_over_time
+    from sharestate.app.report.charts import lag_over_time
 
     series = pd.DataFrame({"group_id": ["g1"] * 3 + ["g2"] * 3, "bucket": [0, 1, 2] * 2,
                            "time_ms": [1_000, 2_000, 3_000] * 2, "lag": [12, 40, 25, 3, 7, 9],

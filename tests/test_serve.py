@@ -24,13 +24,13 @@ from confluent_kafka import Producer
 from conftest import conformance_dir
 from prometheus_client.parser import text_string_to_metric_families
 
+from sharestate.app.cli import main
 from sharestate.app.serve.live_log import ReplayOptions
 from sharestate.app.serve.service import Service, start
-from sharestate.cli import main
+from sharestate.cluster import parse_options
 from sharestate.log import RawRecord, read_batches
 from sharestate.log.builder import SegmentWriter, build_batch
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
-from sharestate.sources import parse_options
 
 PASSWORD = "s3cret-serve-password"
 FIXTURES = {SHARE_STATE_TOPIC: "share_codec_none.log",

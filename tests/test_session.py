@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
-from pipelines.class_archive import JAVA_OPTIONS
-from pipelines.session import (
+from sharestate.spark.class_archive import JAVA_OPTIONS
+from sharestate.spark.session import (
     CONF_FILE_ENV,
     DEFAULT_CONF_FILE,
     DELTA_CATALOG,
@@ -80,7 +80,7 @@ def test_settings_are_layered(conf_file: Path) -> None:
     assert settings["spark.sql.execution.arrow.pyspark.enabled"] == "true"
     assert settings["spark.sql.shuffle.partitions"] == "3"  # file over defaults
     assert settings["spark.driver.host"] == "127.0.0.1"  # local master
-    assert settings["spark.executorEnv.PYTHONPATH"] == str(REPO_ROOT)
+    assert "spark.executorEnv.PYTHONPATH" not in settings  # workers import the installed package
     assert "spark.ui.enabled" not in settings
     layered = resolve_conf({"spark.driver.memory": "3g"}, conf_file=conf_file,
                            launched={"spark.sql.shuffle.partitions": "7",
@@ -93,7 +93,7 @@ def test_settings_are_layered(conf_file: Path) -> None:
                           conf={"spark.executorEnv.PYTHONPATH": "/x"})
     assert "spark.driver.host" not in remote and remote["spark.executorEnv.PYTHONPATH"] == "/x"
     local = resolve_conf(conf_file=conf_file, conf={"spark.executorEnv.PYTHONPATH": "/x"})
-    assert local["spark.executorEnv.PYTHONPATH"] == os.pathsep.join([str(REPO_ROOT), "/x"])
+    assert local["spark.executorEnv.PYTHONPATH"] == "/x"  # the user's, as given
 
 
 def test_delta_wiring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -137,8 +137,8 @@ def test_driver_jit_is_quick_only_where_the_jvm_orchestrates(
 JIT_PROBE = """
 import sys
 from pyspark.sql import SparkSession
-from pipelines import run_all
-run_all.run(run_all.parser().parse_args(["--warehouse", sys.argv[1], "--backend", "rs",
+from sharestate.spark import run
+run.run(run.parser().parse_args(["--warehouse", sys.argv[1], "--backend", "rs",
                                          "--conf", "spark.ui.enabled=false"]), ())
 jvm = SparkSession.getActiveSession().sparkContext._jvm
 print(" ".join(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()))
@@ -167,13 +167,13 @@ def test_built_session(spark: SparkSession) -> None:
     def probe(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import sys
 
-        import pipelines.session
+        import sharestate.spark.session
 
         for _ in batches:
             pass
         yield pa.RecordBatch.from_pydict({"python": [sys.executable],
-                                          "pipelines": [pipelines.session.__file__]})
+                                          "module": [sharestate.spark.session.__file__]})
 
-    row = spark.range(1).mapInArrow(probe, "python string, pipelines string").collect()[0]
-    assert Path(row.pipelines).parent == REPO_ROOT / "pipelines"
+    row = spark.range(1).mapInArrow(probe, "python string, module string").collect()[0]
+    assert Path(row.module) == REPO_ROOT / "sharestate" / "spark" / "session.py"
     assert Path(row.python).resolve() == Path(os.environ["PYSPARK_PYTHON"]).resolve()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sharestate.cli import main
+from sharestate.app.cli import main
 from sharestate.coordinator.group_metadata import SharePartitionMetadata
 from sharestate.coordinator.group_replay import GroupCoordinatorReplay
 from sharestate.coordinator.shard import ShareShard
@@ -30,16 +30,11 @@ from sharestate.coordinator.share_checks import (
 from sharestate.coordinator.share_rules import rules_for
 from sharestate.coordinator.share_state import ShareKey, share_key, share_value
 from sharestate.log import COMPRESSION_NAMES, ControlRecord, discover
-from sharestate.persister import (
-    SimulationConfig,
-    SimulationResult,
-    shard_states,
-    simulate,
-    simulator,
-)
+from sharestate.persister import shard_states
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC, dialect
 from sharestate.records.keyvalue import KeyValue
 from sharestate.records.segment import DecodedBatch, decode_batches, detect_segment
+from sharestate.simulate import SimulationConfig, SimulationResult, simulate, simulator
 
 
 def _replay_state(result: SimulationResult) -> dict[int, ShareShard]:

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from pipelines.run_all import main as run_all
-from pipelines.session import build_session
-from sharestate.cli import main
+from sharestate.app.cli import main
 from sharestate.lake import open_lake
-from sharestate.persister import SimulationConfig, simulate
+from sharestate.simulate import SimulationConfig, simulate
+from sharestate.spark.run import main as run_all
+from sharestate.spark.session import build_session
 
 pytestmark = pytest.mark.slow
 REFUSED = 4

@@ -232,7 +232,7 @@ def test_history_rows_hold_the_state_after_each_record() -> None:
 def test_replay_of_spark_ordered_rows_equals_replay_of_bronze_files(tmp_path: Path) -> None:
     """`replay_rows` (rows Spark read and ordered: the jvm backend's way) gives the gold rows
     `replay_partitions` gives reading each partition's bronze files (the rs backend's)."""
-    from sharestate.tables.gold_replay import GoldOptions
+    from sharestate.tables.gold_pass import GoldOptions
     from sharestate.tables.tasks import replay_partitions, replay_rows
 
     names = ["share_txn", "share_tombstones"]

@@ -69,24 +69,39 @@ INFO: Final = "info"
 WARNING: Final = "warning"
 ERROR: Final = "error"
 
-SEVERITY: Final[Mapping[str, str]] = {
-    "epoch_regression": WARNING,
-    "state_epoch_bump": INFO,
-    "spso_regression": ERROR,
-    "deletion": INFO,
-    "snapshot_epoch_gap": WARNING,
-    "aborted_transaction": INFO,
-    "update_tombstone": ERROR,
-    "invalid_state_batch": ERROR,
-    "unknown_record_type": WARNING,
-    "snapshot_tombstone_replay_failed": WARNING,
-    "pending_discarded": INFO,
-    "decode_error": ERROR,
-    "orphaned_state": WARNING,
-    "initialized_without_state": WARNING,
-    "stuck_deleting": WARNING,
+class Rule(NamedTuple):
+    """An audit rule: its default severity and the job that owns its `audit_findings`
+    partition (that job alone replaces it)."""
+
+    severity: str
+    job: str
+
+
+RULES: Final[Mapping[str, Rule]] = {
+    "epoch_regression": Rule(WARNING, "replay"),
+    "state_epoch_bump": Rule(INFO, "replay"),
+    "spso_regression": Rule(ERROR, "replay"),
+    "deletion": Rule(INFO, "replay"),
+    "snapshot_epoch_gap": Rule(WARNING, "replay"),
+    "aborted_transaction": Rule(INFO, "replay"),
+    "update_tombstone": Rule(ERROR, "replay"),
+    "invalid_state_batch": Rule(ERROR, "replay"),
+    "unknown_record_type": Rule(WARNING, "replay"),
+    "snapshot_tombstone_replay_failed": Rule(WARNING, "replay"),
+    "pending_discarded": Rule(INFO, "replay"),
+    "orphaned_state": Rule(WARNING, "analytics"),
+    "initialized_without_state": Rule(WARNING, "analytics"),
+    "stuck_deleting": Rule(WARNING, "analytics"),
+    "decode_error": Rule(ERROR, "analytics"),
+    "quality_gate": Rule(WARNING, "quality"),
 }
-"""Default severity per rule (state-epoch regressions and share-topic aborts raise it)."""
+"""Every rule of `audit_findings`; a finding may raise its rule's default severity
+(state-epoch regressions, share-topic aborts) or set its own (a quality check's)."""
+
+
+def rules_of(job: str) -> tuple[str, ...]:
+    """The rules whose `audit_findings` partitions `job` owns."""
+    return tuple(name for name, rule in RULES.items() if rule.job == job)
 
 Row = dict[str, Any]
 
@@ -97,10 +112,11 @@ def finding_row(rule: str, message: str, *, severity: str | None = None,
                 group_id: str | None = None, topic_id: str | None = None,
                 share_partition: int | None = None,
                 detail: Mapping[str, Any] | None = None) -> Row:
-    """One `audit_findings` row (`severity` defaults to the rule's)."""
+    """One `audit_findings` row (`severity` defaults to the rule's): the one place such rows
+    are made, `detail` serialised as sorted-key JSON."""
     return {
         "rule": rule,
-        "severity": severity or SEVERITY[rule],
+        "severity": severity or RULES[rule].severity,
         "topic": topic,
         "partition": partition,
         "offset": offset,
@@ -109,8 +125,8 @@ def finding_row(rule: str, message: str, *, severity: str | None = None,
         "topic_id": topic_id,
         "share_partition": share_partition,
         "message": message,
-        "detail_json": None if detail is None else json.dumps(detail, ensure_ascii=False,
-                                                              sort_keys=True),
+        "detail_json": None if detail is None else json.dumps(
+            detail, ensure_ascii=False, sort_keys=True, default=str),
     }
 
 
@@ -407,8 +423,9 @@ def shard_finding_rows(findings: Iterable[ShardFinding], partition: int | None,
     for f in findings:
         rule = f.code.replace("-", "_")
         key = f.key
-        yield finding_row(rule, f.message, severity=SEVERITY.get(rule, WARNING), topic=topic,
-                          partition=partition, offset=f.offset,
+        known = RULES.get(rule)
+        yield finding_row(rule, f.message, severity=known.severity if known else WARNING,
+                          topic=topic, partition=partition, offset=f.offset,
                           group_id=key.group_id if key else None,
                           topic_id=key.topic_id if key else None,
                           share_partition=key.partition if key else None)
@@ -464,3 +481,16 @@ def cross_topic_rows(metadata: Mapping[str, SharePartitionMetadata],
             group_id=topic.group_id, topic_id=topic.topic_id,
             detail={"topic_name": topic.topic_name,
                     "state_partitions": list(topic.state_partitions)})
+
+
+DECODE_ERROR_DETAIL: Final = ("kind", "source", "segment", "position", "raw_length")
+"""The `decode_errors` columns a `decode_error` finding carries in its detail."""
+
+
+def decode_error_row(error: Mapping[str, Any]) -> Row:
+    """The `decode_error` finding of one `decode_errors` row (its raw bytes are not needed):
+    the detail is the row's kind, source, segment, position and raw length, nulls left out."""
+    return finding_row("decode_error", f"{error['kind']}: {error['message']}",
+                       topic=error["topic"], partition=error["partition"],
+                       offset=error["offset"],
+                       detail={k: error[k] for k in DECODE_ERROR_DETAIL if error[k] is not None})

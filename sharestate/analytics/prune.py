@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from sharestate.analytics.context import UNKNOWN_PARTITION
+from sharestate.replay.rows import holding_keys
 from sharestate.replay.share_log import ShareLogResult
-from sharestate.replay.views import holding_keys
 
 
 def prune_recommendation(result: ShareLogResult) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from sharestate.lake.select import (
     delta_classes_loaded,
     open_lake,
 )
-from sharestate.lake.views import find_tables, register_views
+from sharestate.lake.sql_views import find_tables, register_views
 
 __all__ = [
     "BACKENDS",

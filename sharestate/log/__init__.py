@@ -37,6 +37,14 @@ from sharestate.log.control import (
     end_txn_marker_value,
     parse_control,
 )
+from sharestate.log.discovery import (
+    INTERNAL_TOPICS,
+    Segment,
+    SourceError,
+    discover,
+    read_segment,
+    segment_of,
+)
 from sharestate.log.framing import (
     DEFAULT_LIMITS,
     DEFAULT_MAX_BATCH_BYTES,
@@ -45,14 +53,6 @@ from sharestate.log.framing import (
     read_batches,
 )
 from sharestate.log.records_v2 import RecordError, parse_records
-from sharestate.log.sources import (
-    INTERNAL_TOPICS,
-    Segment,
-    SourceError,
-    discover,
-    read_segment,
-    segment_of,
-)
 from sharestate.log.streams import MAX_SEGMENT_BYTES
 
 __all__ = [

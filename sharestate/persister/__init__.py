@@ -8,9 +8,6 @@
 - `PartitionLog` / `LogDirs` (`log_writer.py`): records to batches and segment files;
   `ShareStateTopic` (`state_topic.py`): a persister per `__share_group_state` partition,
   chosen with Kafka's hashing, writing its segments.
-- `simulate` (`simulator.py`, `simulation.py`): a seeded share-group workload
-  (`share_leader.py`, `offsets_writer.py`) that drives persisters and writes both internal
-  topics.
 - `java_hash.py` / `hash_order.py`: Java hash codes, partition choice and Java hash-table
   iteration orders, as Kafka's output depends on them.
 """
@@ -21,8 +18,6 @@ from sharestate.persister.metadata import MetadataImage
 from sharestate.persister.persister import Persister, PersisterConfig
 from sharestate.persister.record_codec import EmittedRecord, ShareRecordCodec
 from sharestate.persister.responses import ReadData, Result, Summary
-from sharestate.persister.simulation import SimulationConfig, SimulationResult
-from sharestate.persister.simulator import simulate
 from sharestate.persister.state_topic import ShareStateTopic
 from sharestate.persister.state_view import KeyState, shard_states
 from sharestate.persister.writer_rules import WriterRules, writer_rules_for
@@ -39,12 +34,9 @@ __all__ = [
     "Result",
     "ShareRecordCodec",
     "ShareStateTopic",
-    "SimulationConfig",
-    "SimulationResult",
     "Summary",
     "WriterRules",
     "apply_request",
     "shard_states",
-    "simulate",
     "writer_rules_for",
 ]

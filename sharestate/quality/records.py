@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sharestate.analytics.audit import finding_row
 from sharestate.quality.gate import CheckResult, GateResult
 
 RULE = "quality_gate"
@@ -33,13 +34,10 @@ def result_rows(gate: GateResult, ge_version: str) -> list[dict[str, Any]]:
 
 def audit_rows(gate: GateResult) -> list[dict[str, Any]]:
     """One `audit_findings` row (rule quality_gate) per failed check, any severity."""
-    return [{
-        "rule": RULE, "severity": r.severity, "topic": None, "partition": None,
-        "offset": None, "timestamp": None, "group_id": _first(r, "group_id"),
-        "topic_id": _first(r, "topic_id"), "share_partition": _partition(r),
-        "message": r.summary(), "detail_json": json.dumps(_detail(r), sort_keys=True,
-                                                          default=str)}
-        for r in gate.results if not r.success]
+    return [finding_row(RULE, r.summary(), severity=r.severity,
+                        group_id=_first(r, "group_id"), topic_id=_first(r, "topic_id"),
+                        share_partition=_partition(r), detail=_detail(r))
+            for r in gate.results if not r.success]
 
 
 def _detail(result: CheckResult) -> dict[str, Any]:

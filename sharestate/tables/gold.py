@@ -17,8 +17,8 @@ import pyarrow.compute
 
 from sharestate.analytics.context import StateContext
 from sharestate.coordinator.share_state import ShareKey, SharePartitionState, StateBatch
+from sharestate.replay.rows import has_delivery_complete_count
 from sharestate.replay.share_log import HistoryEntry, ShareLogResult
-from sharestate.replay.views import has_delivery_complete_count
 from sharestate.tables.columns import int_columns, state_batches_array, transpose
 from sharestate.tables.spec import table
 

@@ -19,7 +19,7 @@ from sharestate.log import RawRecord
 from sharestate.records.catalog import dialect
 from sharestate.records.keyvalue import KeyValue, decode_key_values
 from sharestate.records.render import to_json
-from sharestate.replay.views import has_delivery_complete_count
+from sharestate.replay.rows import has_delivery_complete_count
 from sharestate.tables.columns import BATCHES, int_columns, state_batches_array, transpose
 from sharestate.tables.spec import table
 

@@ -18,8 +18,8 @@ from sharestate.log import DEFAULT_LIMITS, ReadLimits, segment_of
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.records.keyvalue import KeyValue
 from sharestate.runtime import quiet_gc
-from sharestate.tables import bronze, gold_replay
-from sharestate.tables.gold_replay import GoldOptions, Rows, read_partition_files
+from sharestate.tables import bronze, gold_pass
+from sharestate.tables.gold_pass import GoldOptions, Rows, read_partition_files
 from sharestate.tables.silver import group_rows, share_state_rows
 from sharestate.tables.spec import table
 
@@ -98,16 +98,16 @@ def replay_partitions(tasks: Iterator[pa.RecordBatch], options: GoldOptions) -> 
             rows = (part for task in group
                     for part in read_partition_files(task["partition"], task["files"]))
             if topic == SHARE_STATE_TOPIC:
-                yield from gold_replay.share_gold(rows, options)
+                yield from gold_pass.share_gold(rows, options)
             else:
-                yield from gold_replay.group_gold(rows, options)
+                yield from gold_pass.group_gold(rows, options)
 
 
 def replay_rows(rows: Iterator[pa.RecordBatch], options: GoldOptions) -> Iterator[Rows]:
     """Replay bronze rows ordered by (topic, partition, offset) into the gold tables."""
     quiet_gc()
-    for topic, slices in gold_replay.column_runs(rows, "topic"):
+    for topic, slices in gold_pass.column_runs(rows, "topic"):
         if topic == SHARE_STATE_TOPIC:
-            yield from gold_replay.share_gold(slices, options)
+            yield from gold_pass.share_gold(slices, options)
         else:
-            yield from gold_replay.group_gold(slices, options)
+            yield from gold_pass.group_gold(slices, options)

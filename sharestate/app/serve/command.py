@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM or SIGINT (exit 0); exit 2 when the cluster cannot be read."""
     from sharestate.app.serve.live_log import ReplayOptions
     from sharestate.app.serve.service import start
-    from sharestate.sources import (
+    from sharestate.cluster import (
         KafkaOptionError,
         KafkaSourceError,
         check_reachable,

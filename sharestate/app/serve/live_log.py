@@ -39,7 +39,7 @@ Chunk: TypeAlias = pa.RecordBatch | int
 
 
 def bronze_rows(raw: pa.RecordBatch) -> pa.RecordBatch:
-    """Consumed rows (`sharestate.sources.RAW_SCHEMA`) with the batch columns a consumer
+    """Consumed rows (`sharestate.cluster.RAW_SCHEMA`) with the batch columns a consumer
     cannot see added as nulls, as the bronze table holds a live read."""
     names = list(raw.schema.names)
     arrays = list(raw.columns)

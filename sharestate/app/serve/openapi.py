@@ -9,7 +9,7 @@ STATE_FIELDS = ("group_id", "topic_id", "partition", "state_epoch", "snapshot_ep
                 "create_timestamp", "write_timestamp", "last_snapshot_offset", "as_of_offset",
                 "max_leader_epoch", "max_state_epoch", "snapshot_update_count", "state_topic",
                 "state_partition", "dialect")
-"""The fields of a `sharestate state` JSON line (`sharestate.replay.views.state_row`)."""
+"""The fields of a `sharestate state` JSON line (`sharestate.replay.rows.state_row`)."""
 
 GROUP = {"name": "group", "in": "query", "required": False,
          "description": "only this share or consumer group", "schema": {"type": "string"}}

@@ -13,8 +13,8 @@ from sharestate.app.serve.http import make_server
 from sharestate.app.serve.live_log import ReplayOptions
 from sharestate.app.serve.state import LiveState
 from sharestate.app.serve.tailer import Tailer, watermarks
-from sharestate.log.sources import INTERNAL_TOPICS
-from sharestate.sources import KafkaReadOptions, KafkaSourceError, fetch_topic_ends
+from sharestate.cluster import KafkaReadOptions, KafkaSourceError, fetch_topic_ends
+from sharestate.log.discovery import INTERNAL_TOPICS
 
 LOG = logging.getLogger("sharestate.serve")
 

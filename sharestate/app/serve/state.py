@@ -17,8 +17,8 @@ from sharestate.analytics.redelivery import redelivery_rows
 from sharestate.app.serve.live_log import PartitionReplay, ReplayOptions
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.records.segment import finding_json
+from sharestate.replay.rows import offset_rows, state_row
 from sharestate.replay.share_log import ShareLogResult
-from sharestate.replay.views import offset_rows, state_row
 
 END_OFFSETS_TTL_S = 2.0
 """How long fetched data-topic end offsets are reused (lag, metrics)."""

@@ -17,8 +17,8 @@ from confluent_kafka import (
 )
 
 from sharestate.app.serve.live_log import PartitionReplay
-from sharestate.sources import KafkaReadOptions, KafkaSourceError
-from sharestate.sources.kafka_read import messages_batch
+from sharestate.cluster import KafkaReadOptions, KafkaSourceError
+from sharestate.cluster.kafka_read import messages_batch
 
 CONSUME_MESSAGES = 10_000
 POLL_TIMEOUT_S = 0.1

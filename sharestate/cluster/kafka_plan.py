@@ -21,7 +21,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from sharestate.sources.kafka_options import FORCED, KafkaOptionError, KafkaReadOptions
+from sharestate.cluster.kafka_options import FORCED, KafkaOptionError, KafkaReadOptions
 
 EARLIEST = -2
 LATEST = -1
@@ -45,7 +45,7 @@ def check_reachable(options: KafkaReadOptions, timeout_s: float) -> None:
     `timeout_s` seconds (a bounded check before any work). The client's own log lines are
     kept out of sight; the last one names the cause (refused, not resolved, ...)."""
     heard = _Heard()
-    log = logging.getLogger("sharestate.sources.probe")
+    log = logging.getLogger("sharestate.cluster.probe")
     log.propagate = False
     log.handlers[:] = [heard]
     try:

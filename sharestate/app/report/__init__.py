@@ -30,14 +30,14 @@ class ReportError(Exception):
 def write_report(warehouse: str | Path, out: str | Path, *, backend: str | None = None,
                  spark: SparkSession | None = None) -> Path:
     """Render the report of `warehouse` into `out`; return its path."""
+    from sharestate.app.report.data import load
+    from sharestate.app.report.page import render
     from sharestate.lake import find_tables
-    from sharestate.report.data import load
-    from sharestate.report.page import render
 
     if not find_tables(warehouse):
         raise ReportError(f"no Delta tables under {warehouse}")
     if spark is None:
-        from pipelines.session import SettingError, build_session
+        from sharestate.spark.session import SettingError, build_session
 
         try:
             spark = build_session("sharestate-report", ui=False, conf={

@@ -5,7 +5,7 @@
 1. built-in defaults (`DEFAULTS`, plus `LOCAL_DEFAULTS` when the master is `local[...]`):
    `local[2]`, 4 shuffle partitions, 2g driver memory, Arrow for PySpark, session time zone
    UTC, log level WARN, driver bound to 127.0.0.1, Python workers running this interpreter
-   and able to import `pipelines`;
+   (which has sharestate installed);
 2. the conf file: `conf/spark-defaults.conf` at the repository root, or the file named by
    `$SHARESTATE_SPARK_CONF`, or the `conf_file` argument. Spark's own format: one
    `key value` per line (whitespace or `=` between them), `#` starts a comment;
@@ -15,7 +15,7 @@
 5. the keyword arguments `master`, `app_name` and `ui=False` (UI and console progress off,
    as tests want).
 
-A JVM it starts itself maps the class archive of `pipelines.class_archive` when one exists
+A JVM it starts itself maps the class archive of `sharestate.spark.class_archive` when one exists
 (a faster start; `spark.sharestate.classArchive off` leaves it out), and compiles with the
 quick JIT only (`-XX:TieredStopAtLevel=1`) where the caller says the JVM only orchestrates
 (`quick_jit=True`: the pipeline jobs, whose Python workers do the work) on a local master
@@ -56,14 +56,14 @@ from typing import Literal
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
-from pipelines import class_archive
 from sharestate import jars
 from sharestate.lake.select import BACKEND_CONF, BACKENDS, BackendError, open_lake
+from sharestate.spark import class_archive
 
 DeltaMode = Literal["auto", "on", "off", "pip"]
 JitMode = Literal["quick", "full"]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONF_FILE = REPO_ROOT / "conf" / "spark-defaults.conf"
 CONF_FILE_ENV = "SHARESTATE_SPARK_CONF"
 
@@ -79,8 +79,6 @@ DEFAULTS: Mapping[str, str] = {
 LOCAL_DEFAULTS: Mapping[str, str] = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
-    # Python workers import `pipelines` (data sources, UDFs) from the repository root.
-    "spark.executorEnv.PYTHONPATH": str(REPO_ROOT),
 }
 NO_UI: Mapping[str, str] = {
     "spark.ui.enabled": "false",
@@ -185,9 +183,6 @@ def resolve_conf(conf: Mapping[str, str] | None = None, *,
         raise SettingError(f"{JIT_SETTING} must be quick or full, not {settings[JIT_SETTING]!r}")
     if settings["spark.master"].startswith("local"):
         settings = {**LOCAL_DEFAULTS, **settings}
-        paths = settings["spark.executorEnv.PYTHONPATH"].split(os.pathsep)
-        if str(REPO_ROOT) not in paths:
-            settings["spark.executorEnv.PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *paths])
     return settings
 
 

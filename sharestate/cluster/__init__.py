@@ -4,11 +4,11 @@ Pure Python over confluent-kafka (no Spark): `parse_options` turns reader option
 `KafkaReadOptions` (credentials held as `Secret`s), `plan_read` resolves them into offset
 ranges per topic-partition from the cluster's watermarks (`fetch_topic_ends`: the user
 topics' end offsets, for the lag), and `read_range` reads one range
-into Arrow batches of the raw schema `RAW_SCHEMA`. `pipelines.kafka_source` wraps these as
+into Arrow batches of the raw schema `RAW_SCHEMA`. `sharestate.spark.kafka_source` wraps these as
 the Spark data source `sharestate_kafka`.
 """
 
-from sharestate.sources.kafka_options import (
+from sharestate.cluster.kafka_options import (
     ENV_PREFIX,
     SENSITIVE,
     KafkaOptionError,
@@ -17,7 +17,7 @@ from sharestate.sources.kafka_options import (
     env_name,
     parse_options,
 )
-from sharestate.sources.kafka_plan import (
+from sharestate.cluster.kafka_plan import (
     CONSUMER_VISIBILITY,
     EARLIEST,
     LATEST,
@@ -30,7 +30,7 @@ from sharestate.sources.kafka_plan import (
     plan_read,
     resolve_ranges,
 )
-from sharestate.sources.kafka_read import RAW_DDL, RAW_SCHEMA, read_range
+from sharestate.cluster.kafka_read import RAW_DDL, RAW_SCHEMA, read_range
 
 __all__ = [
     "CONSUMER_VISIBILITY",

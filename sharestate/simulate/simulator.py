@@ -47,20 +47,20 @@ from typing import Any
 from sharestate.coordinator.share_state import ShareKey, StateBatch
 from sharestate.persister.log_writer import LogDirs
 from sharestate.persister.metadata import MetadataImage
-from sharestate.persister.offsets_writer import Commit, ConsumerOffsetsWriter, TopicPartitions
 from sharestate.persister.persister import PersisterConfig
 from sharestate.persister.record_codec import EmittedRecord
 from sharestate.persister.responses import Result
-from sharestate.persister.share_leader import (
+from sharestate.persister.state_topic import ShareStateTopic
+from sharestate.persister.writer_rules import writer_rules_for
+from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
+from sharestate.simulate.offsets_writer import Commit, ConsumerOffsetsWriter, TopicPartitions
+from sharestate.simulate.share_leader import (
     ACCEPT,
     REJECT,
     RELEASE,
     SharePartitionLeader,
 )
-from sharestate.persister.simulation import SimulationConfig, SimulationResult
-from sharestate.persister.state_topic import ShareStateTopic
-from sharestate.persister.writer_rules import writer_rules_for
-from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
+from sharestate.simulate.simulation import SimulationConfig, SimulationResult
 
 START_TIME_MS = 1_760_000_000_000
 """The simulated clock's start (ms)."""

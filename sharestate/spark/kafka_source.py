@@ -1,7 +1,7 @@
 """`sharestate_kafka`: a Spark 4 Python data source reading a live cluster with confluent-kafka.
 
-    from pipelines.kafka_source import register
-    from sharestate.sources import parse_options, plan_read
+    from sharestate.spark.kafka_source import register
+    from sharestate.cluster import parse_options, plan_read
 
     register(spark)
     options = {"bootstrap.servers": "broker:9092", "kafka.security.protocol": "SASL_SSL",
@@ -12,8 +12,8 @@
     ...                                                # commit with metadata=plan.metadata()
 
 The password comes from `$SHARESTATE_KAFKA_SASL_PASSWORD` here (or the option
-`kafka.sasl.password`). Options are described in `sharestate.sources.kafka_options`, the
-schema (`RAW_DDL`) in `sharestate.sources.kafka_read`. Planning runs where Spark plans the
+`kafka.sasl.password`). Options are described in `sharestate.cluster.kafka_options`, the
+schema (`RAW_DDL`) in `sharestate.cluster.kafka_read`. Planning runs where Spark plans the
 query and makes one Spark partition per piece of at most `maxOffsetsPerSplit` offsets;
 executors read their piece with their own consumer and never commit offsets. The source
 sees what a consumer sees: no control batches, no batch headers.
@@ -29,7 +29,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from sharestate.sources import (
+from sharestate.cluster import (
     RAW_DDL,
     RAW_SCHEMA,
     KafkaOptionError,

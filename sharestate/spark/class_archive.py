@@ -13,7 +13,7 @@ release, its jars (where, size, time) and the Java build, so reinstalling either
 new one. A JVM that cannot map
 an archive starts without it. `spark.sharestate.classArchive off` leaves it out.
 
-    python -m pipelines.class_archive          # create it (make install does)
+    python -m sharestate.spark.class_archive          # create it (make install does)
 """
 
 from __future__ import annotations
@@ -89,8 +89,7 @@ def java_options(settings: Mapping[str, str]) -> str | None:
 
 def create(records: int = 20_000) -> Path | None:
     """Make the archive unless it exists; its path (None: this Java cannot)."""
-    from sharestate.demo import demo_config
-    from sharestate.persister import simulate
+    from sharestate.simulate import demo_config, simulate
 
     path = archive_path()
     if path is None or path.is_file():
@@ -100,7 +99,7 @@ def create(records: int = 20_000) -> Path | None:
         partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
         simulate(demo_config(records, seed=1), Path(tmp) / "logs")
         child = subprocess.run(
-            [sys.executable, "-m", "pipelines.class_archive", "--dump", str(partial),
+            [sys.executable, "-m", "sharestate.spark.class_archive", "--dump", str(partial),
              str(Path(tmp) / "logs"), str(Path(tmp) / "warehouse")],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=False,
             timeout=600)
@@ -127,8 +126,8 @@ def _wait_for_exit(pid: int, timeout: float = 120.0) -> None:
 
 def _dump(partial: str, logs: str, warehouse: str) -> None:
     """The child: run the pipeline with the dump on; print the JVM's pid last."""
-    from pipelines.run_all import parser, run
-    from pipelines.session import build_session
+    from sharestate.spark.run import parser, run
+    from sharestate.spark.session import build_session
 
     spark = build_session("sharestate-class-archive", ui=False, conf={
         JAVA_OPTIONS: f"-XX:ArchiveClassesAtExit={partial}", SETTING: "off"})

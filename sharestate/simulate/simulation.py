@@ -108,3 +108,17 @@ class SimulationResult:
         return (f"{self.records} records in {self.batches} batches, {self.bytes} bytes, "
                 f"{self.segments} segments ({SHARE_STATE_TOPIC}); {self.offsets_records} "
                 f"__consumer_offsets records; {self.seconds:.2f} s ({rate:,.0f} records/s)")
+
+
+DEMO_POISON_RATE = 0.002
+"""Records no consumer can process in the demo: archived once delivered 5 times (the
+delivery limit the demo runs with)."""
+
+
+def demo_config(records: int, seed: int) -> SimulationConfig:
+    """The demo's world (`make demo`, the class archive's run): three of everything, lz4,
+    cold snapshots, poison records, an orphaned share-partition and a topic stuck deleting."""
+    return SimulationConfig(records=records, seed=seed, groups=3, topics=3, partitions=3,
+                            state_partitions=3, offsets_partitions=2, batch_records=8,
+                            codec="lz4", cold_interval_ms=60_000, orphaned_state=True,
+                            stuck_deleting=True, poison_rate=DEMO_POISON_RATE)

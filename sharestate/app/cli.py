@@ -33,15 +33,15 @@ from sharestate.log import (
     SourceError,
     discover,
 )
-from sharestate.persister import SimulationConfig, simulate
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC, dialect_names
 from sharestate.records.detect import Detection
 from sharestate.records.segment import decode_segment, detect_segment, finding_json, record_json
 from sharestate.replay.group_log import replay_group_log
 from sharestate.replay.logs import AsOf, PartitionLog, partition_logs
+from sharestate.replay.rows import offset_rows, prune_row, state_row
 from sharestate.replay.share_log import ShareLogResult, replay_share_log
-from sharestate.replay.views import offset_rows, prune_row, state_row
 from sharestate.runtime import quiet_gc
+from sharestate.simulate import SimulationConfig, simulate
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
@@ -326,7 +326,7 @@ def _add_simulate(sub: Any) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run every pipeline job on a local Spark session into a warehouse of Delta tables."""
-    from pipelines.run_all import ArgumentError, run
+    from sharestate.spark.run import ArgumentError, run
 
     try:
         return run(args)
@@ -335,7 +335,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _add_run(sub: Any) -> None:
-    from pipelines.run_all import add_arguments
+    from sharestate.spark.run import add_arguments
 
     command = sub.add_parser("run", help="run the Spark pipeline into Delta tables",
                              description=cmd_run.__doc__)
@@ -359,9 +359,9 @@ def cmd_sql(args: argparse.Namespace) -> int:
     """
     import tempfile
 
-    from pipelines.session import SettingError, build_session
     from sharestate.lake import find_tables, open_lake, register_views
     from sharestate.lake.read_only import session_settings
+    from sharestate.spark.session import SettingError, build_session
 
     if not find_tables(args.warehouse):
         raise UsageError(f"no Delta tables under {args.warehouse}")
@@ -508,7 +508,7 @@ def _add_sql(sub: Any) -> None:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Simulate a realistic log, run the whole pipeline on it and summarise the tables."""
-    from sharestate.demo import run_demo
+    from sharestate.app.demo import run_demo
 
     for line in run_demo(args):
         print(line, flush=True)
@@ -535,7 +535,7 @@ def cmd_quality(args: argparse.Namespace) -> int:
     <warehouse>/_docs/quality/. Exit 0 the gate holds, 1 it failed, 2 bad arguments,
     3 it could not run, 70 an internal error.
     """
-    from pipelines.quality import QualityArgumentError, run
+    from sharestate.spark.quality_job import QualityArgumentError, run
 
     try:
         return run(args)
@@ -544,7 +544,7 @@ def cmd_quality(args: argparse.Namespace) -> int:
 
 
 def _add_quality(sub: Any) -> None:
-    from pipelines.quality import add_arguments
+    from sharestate.spark.quality_job import add_arguments
 
     command = sub.add_parser("quality", help="run the data-quality gate over the tables",
                              description=cmd_quality.__doc__,
@@ -556,7 +556,7 @@ def _add_quality(sub: Any) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     """Write one self-contained HTML page about a warehouse: lag, redelivery, prune frontier,
     audit findings, consumer-group offsets, with the inputs covered and finding badges."""
-    from sharestate.report import ReportError, write_report
+    from sharestate.app.report import ReportError, write_report
 
     try:
         path = write_report(args.warehouse, args.out, backend=args.backend)

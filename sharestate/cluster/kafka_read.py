@@ -35,9 +35,9 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from sharestate.cluster.kafka_options import KafkaReadOptions
+from sharestate.cluster.kafka_plan import KafkaSourceError, OffsetRange
 from sharestate.log.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP_TYPE
-from sharestate.sources.kafka_options import KafkaReadOptions
-from sharestate.sources.kafka_plan import KafkaSourceError, OffsetRange
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 RAW_SCHEMA = pa.schema([

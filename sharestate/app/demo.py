@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sharestate.persister import SimulationConfig, simulate
-from sharestate.persister.simulator import END_OFFSETS_FILE
+from sharestate.simulate import demo_config, simulate
+from sharestate.simulate.simulator import END_OFFSETS_FILE
 
 SUMMARY_QUERIES = {
     "share-partitions": """
@@ -48,24 +48,13 @@ SUMMARY_QUERIES = {
 }
 
 
-POISON_RATE = 0.002
-"""Records no consumer can process: archived once delivered 5 times (the delivery limit)."""
-
-
-def demo_config(records: int, seed: int) -> SimulationConfig:
-    return SimulationConfig(records=records, seed=seed, groups=3, topics=3, partitions=3,
-                            state_partitions=3, offsets_partitions=2, batch_records=8,
-                            codec="lz4", cold_interval_ms=60_000, orphaned_state=True,
-                            stuck_deleting=True, poison_rate=POISON_RATE)
-
-
 def run_demo(args: argparse.Namespace) -> Iterator[str]:
     """Simulate into `args.logs`, run every job and the quality gate into `args.warehouse`,
     write the HTML report beside the tables; yield summary lines."""
-    from pipelines.run_all import JOBS, QUALITY, parser, run
-    from pipelines.session import build_session
+    from sharestate.app.report import write_report
     from sharestate.lake import register_views
-    from sharestate.report import write_report
+    from sharestate.spark.run import JOBS, QUALITY, parser, run
+    from sharestate.spark.session import build_session
 
     logs, warehouse = Path(args.logs), Path(args.warehouse)
     for folder in (logs, warehouse):

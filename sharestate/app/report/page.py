@@ -10,8 +10,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from sharestate.report import charts
-from sharestate.report.data import ReportData
+from sharestate.app.report import charts
+from sharestate.app.report.data import ReportData
 
 Formatter = Callable[[Any], str]
 Column = tuple[str, str, Formatter]

@@ -28,18 +28,29 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sharestate.log.sources import INTERNAL_TOPICS
+from sharestate.log.discovery import INTERNAL_TOPICS
+from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 
 SENSITIVE = frozenset({
     "sasl.password", "ssl.key.password", "ssl.keystore.password", "ssl.key.pem",
     "sasl.oauthbearer.client.secret", "sasl.oauthbearer.config",
 })
+KAFKA_SCHEME = "kafka://"
+"""How a live cluster is named where a source is expected: `kafka://host:port[,host:port]`."""
 ENV_PREFIX = "SHARESTATE_KAFKA_"
 REDACTED = "***"
 DEFAULT_MAX_OFFSETS_PER_SPLIT = 500_000
 DEFAULT_TIMEOUT_MS = 60_000
 FORCED = {"enable.auto.commit": "false", "enable.auto.offset.store": "false"}
 """Consumer properties the source fixes: it never commits offsets."""
+
+
+def source_options(uri: str, extra: Mapping[str, str]) -> dict[str, str]:
+    """The reader options of a `kafka://host:port` source with client settings `extra`:
+    both internal topics, each setting as `kafka.<property>`."""
+    return {"bootstrap.servers": uri[len(KAFKA_SCHEME):],
+            "topics": f"{SHARE_STATE_TOPIC},{CONSUMER_OFFSETS_TOPIC}",
+            **{f"kafka.{k}": v for k, v in extra.items()}}
 
 
 def env_name(prop: str) -> str:

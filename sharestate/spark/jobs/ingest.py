@@ -1,0 +1,286 @@
+"""The ingest job: segment files (split by file, on executors) or a live cluster -> bronze
+`log_records` + `decode_errors` (and with the decode job in the same run, the silver tables
+too); what each run read is recorded in `ingest_runs`. A re-run replaces the (topic,
+partition, segment) partitions it reads and skips segments unchanged since the last run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sharestate.cluster.kafka_options import KAFKA_SCHEME, source_options
+from sharestate.lake import ActiveFile, Lake, Produce, Target, open_lake
+from sharestate.log import DEFAULT_LIMITS, ReadLimits, discover, segment_of
+from sharestate.log.index import split_points
+from sharestate.spark.jobs.warehouse import (
+    SILVER,
+    RunReport,
+    Warehouse,
+    one_task_each,
+    rows_table,
+    table_rows,
+)
+from sharestate.tables import bronze as bronze_rows
+from sharestate.tables import tasks
+from sharestate.tables.runs import ingest_run_row
+
+
+def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
+           run_id: str, full: bool = False, kafka_options: dict[str, str] | None = None,
+           silver: bool = False, limits: ReadLimits = DEFAULT_LIMITS) -> RunReport:
+    """Segment files or a live cluster (`kafka://host:port`) -> `log_records`,
+    `decode_errors`, `ingest_runs`; with `silver`, also the decode job's tables for the
+    same segments (`run_all` does this: bronze is then not read back to decode it).
+
+    One pass over the input: each task reads its split and writes every table; what the
+    run covered comes from the statistics of the files it wrote (or, on a backend that cannot
+    list them, is read back from its rows).
+    """
+    started = time.monotonic()
+    lake = open_lake(spark)
+    warehouse.create_all(lake)
+    report = RunReport("ingest", run_id)
+    live = [s for s in sources if s.startswith(KAFKA_SCHEME)]
+    files = [s for s in sources if not s.startswith(KAFKA_SCHEME)]
+    if files:
+        splits, sizes = _segment_splits(spark, lake, warehouse, files, full)
+        if splits is not None:
+            _write_bronze(spark, lake, warehouse, splits,
+                          partial(tasks.ingest_splits, run_id=run_id, silver=silver,
+                                  limits=limits), sizes,
+                          None, run_id, report, silver, _segment_sources(sizes))
+    for uri in live:
+        raw, visibility = _kafka_raw(spark, lake, warehouse, uri, full, kafka_options or {})
+        _write_bronze(spark, lake, warehouse, raw,
+                      partial(tasks.ingest_consumed, run_id=run_id, source=uri, silver=silver),
+                      {}, visibility, run_id, report, silver, uri)
+    if silver:
+        report.rows.update({name: table_rows(warehouse.path(name)) for name in SILVER})
+    report.seconds = time.monotonic() - started
+    return report
+
+
+SPLIT_BYTES = 64 << 20
+"""Segments larger than this are read in several tasks where an offset index allows."""
+
+
+def _segment_splits(spark: SparkSession, lake: Lake, warehouse: Warehouse,
+                    sources: Sequence[str], full: bool, split_bytes: int = SPLIT_BYTES
+                    ) -> tuple[DataFrame | None, dict[str, tuple[int, int]]]:
+    """The splits of the new or changed segments (one per file, or per byte range between
+    offset-index positions for large segments), one task each."""
+    seen = _ingested(lake, warehouse) if not full else {}
+    todo: dict[str, tuple[int, int]] = {}
+    for segment in discover(sources):
+        try:
+            stat = segment.path.stat()
+            size_and_time = (stat.st_size, int(stat.st_mtime * 1000))
+        except OSError:  # read anyway: its task reports why it cannot be read
+            size_and_time = (-1, -1)
+        if seen.get(str(segment.path)) != size_and_time:
+            todo[str(segment.path)] = size_and_time
+    if not todo:
+        return None, {}
+    ranges = [(path, start, end) for path, (size, _) in todo.items()
+              for start, end in _ranges(split_points(Path(path), size, split_bytes))]
+    ranges.sort(key=lambda r: (r[2] if r[2] is not None else todo[r[0]][0]) - r[1],
+                reverse=True)
+    return one_task_each(spark, ranges, SPLITS), todo
+
+
+def _segment_sources(paths: Iterable[str]) -> dict[PartitionKey, str]:
+    """The bronze partition each segment file writes, where its path names it (a loose file,
+    or two files naming the same partition, are left out)."""
+    named: dict[PartitionKey, list[str]] = {}
+    for path in paths:
+        segment = segment_of(Path(path))
+        if segment.topic is not None and segment.partition is not None:
+            named.setdefault((segment.topic, segment.partition, segment.base_offset or 0),
+                             []).append(path)
+    return {key: found[0] for key, found in named.items() if len(found) == 1}
+
+
+SPLITS = pa.schema([("path", pa.string()), ("start", pa.int64()), ("end", pa.int64())])
+"""An ingest task: a byte range of a segment file (`end` None: to its end)."""
+
+
+def _ranges(starts: list[int]) -> list[tuple[int, int | None]]:
+    return [(start, end) for start, end in zip(starts, [*starts[1:], None], strict=True)]
+
+
+def _kafka_raw(spark: SparkSession, lake: Lake, warehouse: Warehouse, uri: str, full: bool,
+               extra: dict[str, str]) -> tuple[DataFrame, str]:
+    """The live cluster's records from where the last run's chunks began, and what a
+    consumer cannot see."""
+    from dataclasses import replace
+
+    from sharestate.cluster import parse_options, plan_read
+    from sharestate.cluster.kafka_plan import KafkaPlan
+    from sharestate.spark.kafka_source import NAME, register
+
+    options = source_options(uri, extra)
+    plan = plan_read(parse_options(options))
+    covered = {} if full else _covered_offsets(lake, warehouse, uri)
+    plan = KafkaPlan(plan.options, tuple(
+        replace(r, start=min(r.end, max(r.start, bronze_rows.chunk_of(covered[key] + 1))))
+        if (key := (r.topic, r.partition)) in covered else r for r in plan.ranges))
+    register(spark)
+    raw = spark.read.format(NAME).options(**options).options(**plan.offsets_options()).load()
+    return raw, str(plan.metadata()["visibility"])
+
+
+
+def _covered_offsets(lake: Lake, warehouse: Warehouse, source: str
+                     ) -> dict[tuple[str, int], int]:
+    if _empty(lake, warehouse.path("ingest_runs")):
+        return {}
+    runs = lake.read(warehouse.path("ingest_runs")).where(
+        (F.col("source") == source) & F.col("last_offset").isNotNull())
+    return {(r["topic"], r["partition"]): r["last"] for r in
+            runs.groupBy("topic", "partition").agg(F.max("last_offset").alias("last")).collect()}
+
+
+Coverage = dict[tuple[str, int], dict[str, Any]]
+"""What a run read, by (source, segment): topic, partition, first/last offset, records."""
+PartitionKey = tuple[str, int, int]
+"""A bronze partition: (topic, partition, segment)."""
+Covered = tuple[Coverage, dict[tuple[str, int], int], list[dict[str, Any]]]
+"""A run's coverage, its decode errors by (source, segment), and the decode_errors
+partitions of earlier runs of the segments it read again (stale: their findings are gone)."""
+
+
+def _write_bronze(spark: SparkSession, lake: Lake, warehouse: Warehouse, inputs: DataFrame,
+                  produce: Produce, sizes: dict[str, tuple[int, int]], note: str | None,
+                  run_id: str, report: RunReport, silver: bool,
+                  sources: dict[PartitionKey, str] | str) -> None:
+    """Write one input to the bronze (and with `silver` the silver) tables in one pass;
+    record what the run covered. `sources`: the source of each bronze partition the input
+    can write (or the one source of them all)."""
+    meta = {"run": run_id, "note": note}
+    names = ("log_records", "decode_errors", *(SILVER if silver else ()))
+    before = _bronze_files(lake, warehouse)
+    lake.overwrite_many(inputs, produce, {name: Target(warehouse.path(name)) for name in names},
+                        metadata=meta)
+    after = _bronze_files(lake, warehouse) if before is not None else None
+    of_files = _coverage_of_files(before, after, sources) if before and after else None
+    covered, counts, stale = of_files or _coverage_of_rows(lake, warehouse, run_id)
+    if stale:  # a segment read again whose findings are gone loses the old ones
+        lake.overwrite(lake.read(warehouse.path("decode_errors")).limit(0),
+                       warehouse.path("decode_errors"), partitions=stale, metadata=meta)
+    finished = int(time.time() * 1000)
+    runs = [ingest_run_row(run_id, c, findings=counts.get(key, 0), note=note,
+                           size_and_time=sizes.get(c["source"], (None, None)),
+                           finished_at=finished) for key, c in covered.items()]
+    if runs:
+        lake.append(rows_table(runs, "ingest_runs"), warehouse.path("ingest_runs"),
+                    metadata={**meta, "inputs": len(runs)})
+    report.rows["log_records"] = report.rows.get("log_records", 0) + sum(
+        c["records"] for c in covered.values())
+    found = sum(counts.values())
+    report.rows["decode_errors"] = report.rows.get("decode_errors", 0) + found
+    report.findings += found
+
+
+def _bronze_files(lake: Lake, warehouse: Warehouse) -> dict[str, list[ActiveFile]] | None:
+    """The data files of `log_records` and `decode_errors` (None: the backend cannot list)."""
+    listed = {}
+    for name in ("log_records", "decode_errors"):
+        files = lake.active_files(warehouse.path(name))
+        if files is None:
+            return None
+        listed[name] = files
+    return listed
+
+
+def _coverage_of_files(before: dict[str, list[ActiveFile]], after: dict[str, list[ActiveFile]],
+                       sources: dict[PartitionKey, str] | str) -> Covered | None:
+    """What the run covered, from the statistics of the files it added (the files of a
+    partition it wrote are all new: the run replaced them); None when a file's partition
+    has no known source."""
+    old = {f.uri for files in before.values() for f in files}
+
+    def source(f: ActiveFile) -> tuple[str, int] | None:
+        values = f.partition_values
+        key = (str(values["topic"]), int(values["partition"]), int(values["segment"]))
+        found = sources if isinstance(sources, str) else sources.get(key)
+        return None if found is None else (found, key[2])
+
+    covered: Coverage = {}
+    counts: dict[tuple[str, int], int] = {}
+    for name in ("log_records", "decode_errors"):
+        for f in after[name]:
+            if f.uri in old:
+                continue
+            where = source(f)
+            if where is None:
+                return None
+            entry = covered.setdefault(where, {
+                "source": where[0], "topic": f.partition_values["topic"],
+                "partition": f.partition_values["partition"], "segment": where[1],
+                "first_offset": None, "last_offset": None, "records": 0})
+            if name == "decode_errors":
+                counts[where] = counts.get(where, 0) + f.records
+                continue
+            entry["records"] += f.records
+            low, high = f.min_values.get("offset"), f.max_values.get("offset")
+            if low is not None:
+                first = entry["first_offset"]
+                entry["first_offset"] = low if first is None else min(first, low)
+            if high is not None:
+                last = entry["last_offset"]
+                entry["last_offset"] = high if last is None else max(last, high)
+    stale = []
+    for f in after["decode_errors"]:
+        if f.uri in old and (where := source(f)) is not None and where in covered:
+            stale.append({c: f.partition_values[c] for c in ("topic", "partition", "segment")})
+    return covered, counts, stale
+
+
+def _coverage_of_rows(lake: Lake, warehouse: Warehouse, run_id: str) -> Covered:
+    """What the run covered, read back from its rows (backends that cannot list files)."""
+    written = lake.read(warehouse.path("log_records")).where(F.col("ingest_run") == run_id)
+    covered = {(r["source"], r["segment"]): r.asDict() for r in written.groupBy(
+        "source", "topic", "partition", "segment").agg(
+        F.min("offset").alias("first_offset"), F.max("offset").alias("last_offset"),
+        F.count(F.lit(1)).alias("records")).collect()}
+    errors = lake.read(warehouse.path("decode_errors"))
+    counts: dict[tuple[str, int], int] = {}
+    for r in errors.groupBy("source", "topic", "partition", "segment", "ingest_run").count() \
+            .collect():
+        key = (r["source"], r["segment"])
+        if r["ingest_run"] == run_id:
+            counts[key] = r["count"]
+            covered.setdefault(key, {"source": r["source"], "topic": r["topic"],
+                                     "partition": r["partition"], "segment": r["segment"],
+                                     "first_offset": None, "last_offset": None,
+                                     "records": 0})
+    # A segment read again whose findings are gone must lose the old ones.
+    stale = [{"topic": r["topic"], "partition": r["partition"], "segment": r["segment"]}
+             for r in errors.select("source", "topic", "partition", "segment", "ingest_run")
+             .distinct().collect()
+             if r["ingest_run"] != run_id and (r["source"], r["segment"]) in covered]
+    return covered, counts, stale
+
+
+def _empty(lake: Lake, path: str) -> bool:
+    """Whether the table has no data files, known without a Spark query (else False)."""
+    return lake.active_files(path) == []
+
+
+def _ingested(lake: Lake, warehouse: Warehouse) -> dict[str, tuple[int, int]]:
+    """(size, modified) of each segment as the latest ingest run that read it saw it."""
+    if _empty(lake, warehouse.path("ingest_runs")):
+        return {}
+    runs = lake.read(warehouse.path("ingest_runs")).where(F.col("job") == "ingest")
+    latest = runs.groupBy("source").agg(F.max(F.struct("finished_at", "bytes",
+                                                         "modified_ms")).alias("last"))
+    return {row["source"]: (row["last"]["bytes"], row["last"]["modified_ms"])
+            for row in latest.collect()}

@@ -1,0 +1,266 @@
+"""Run the whole pipeline, or one job, from the command line (spark-submit or local).
+
+    spark-submit pipelines/run_all.py --source /var/kafka-logs --warehouse /lake/sharestate
+    spark-submit pipelines/ingest.py  --source /var/kafka-logs --warehouse /lake/sharestate
+
+`sharestate run` calls the same code with a local session. Exit status
+(`sharestate.exit_codes`): 0 clean, 1 the run completed with findings (decode errors, audit
+warnings or errors), 2 bad arguments, an unreadable source or a Delta backend that cannot
+run, 70 an internal error (a bug: traceback, then one line). The closing line
+`tables in <warehouse> (run <id>)` is printed only by a run that completed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+from sharestate import arguments, exit_codes
+from sharestate.coordinator.expiry import DEFAULT_RETENTION_MINUTES
+from sharestate.coordinator.shard import KAFKA, SEMANTICS
+from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
+from sharestate.lake.lease import WarehouseBusy, warehouse_lease
+from sharestate.locations import location
+from sharestate.log import DEFAULT_MAX_BATCH_RECORDS, ReadLimits, SourceError
+from sharestate.replay.logs import AsOf
+from sharestate.tables.gold_pass import GoldOptions
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from sharestate.spark.jobs.analytics import AnalyticsInputs
+
+JOBS = ("ingest", "decode", "replay", "analytics")
+QUALITY = "quality"
+"""The data-quality gate: not in JOBS; run it as `run(args, (*JOBS, QUALITY))`,
+`pipelines/quality.py` or `sharestate quality`."""
+
+
+class ArgumentError(Exception):
+    """A bad argument: reported in one line, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise ArgumentError(message)
+
+
+def parser(job: str = "run") -> argparse.ArgumentParser:
+    """The arguments every job takes (the ones a job does not use are ignored)."""
+    p = _Parser(prog=f"pipelines/{job}.py",
+                description="sharestate Spark job: Kafka internal-topic logs to Delta tables.")
+    add_arguments(p)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the job arguments to `p` (shared by spark-submit and `sharestate run`)."""
+    p.add_argument("--source", action="append", default=[], type=location,
+                   help="segment file, partition directory, log.dirs root, or kafka://host:port "
+                        "for a live cluster (repeatable)")
+    p.add_argument("--warehouse", required=True, type=location,
+                   help="folder holding the Delta tables")
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--as-of-offset", type=arguments.offset, metavar="N",
+                      help="replay every state-topic partition up to offset N")
+    when.add_argument("--as-of-time", type=arguments.time, metavar="TIME",
+                      help="ISO 8601 time or epoch ms")
+    p.add_argument("--semantics", choices=SEMANTICS, default=KAFKA)
+    p.add_argument("--snapshot-update-records", type=arguments.records_per_snapshot,
+                   default=DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT,
+                   help="share.coordinator.snapshot.update.records.per.snapshot")
+    p.add_argument("--end-offsets", metavar="FILE", type=location,
+                   help='JSON file of topic end offsets for the lag: '
+                        '[{"topic": name-or-id, "partition": p, "end_offset": n}, ...] '
+                        '(default with a kafka:// source: the cluster\'s, read at the start)')
+    p.add_argument("--delivery-limit", type=arguments.count, default=None,
+                   help="group.share.delivery.count.limit, for poison ranges")
+    p.add_argument("--retention-minutes", type=arguments.retention_minutes,
+                   default=DEFAULT_RETENTION_MINUTES,
+                   help="offsets.retention.minutes, for the expiry forecast")
+    p.add_argument("--full", action="store_true",
+                   help="re-ingest every segment, not only new or changed ones")
+    p.add_argument("--max-batch-records", type=arguments.count,
+                   default=DEFAULT_MAX_BATCH_RECORDS,
+                   metavar="N", help="refuse (as a decode error) a batch declaring more "
+                                     "records than this (default %(default)s)")
+    p.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="client setting for a kafka:// source, e.g. security.protocol=SASL_SSL "
+                        "(secrets: SHARESTATE_KAFKA_* environment variables)")
+    p.add_argument("--connect-timeout", type=arguments.seconds, default=10.0,
+                   metavar="SECONDS", help="how long a kafka:// source may take to answer "
+                                           "before the run gives up (exit 2)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="Spark setting (repeatable)")
+    p.add_argument("--master", help="Spark master (default: the session's, local[2] here)")
+    p.add_argument("--backend", choices=("auto", "rs", "jvm"), default=None,
+                   help="Delta backend (default: spark.sharestate.lake.backend, else auto)")
+    p.add_argument("--lease-wait", type=arguments.seconds, default=0.0, metavar="SECONDS",
+                   help="wait this long for the warehouse lease another writer holds "
+                        "(default: fail at once, exit 2)")
+    p.add_argument("--run-id", metavar="ID",
+                   help="run id to record in ingest_runs and each table commit (default: a "
+                        "new one); a scheduler passes one per data interval to all four jobs. "
+                        "The decode job run alone then decodes only the segments that ingest "
+                        "run wrote (without --run-id: all of bronze)")
+
+
+def _end_offsets(path: str | None) -> dict[tuple[str, int], int] | None:
+    if path is None:
+        return None
+    try:
+        return arguments.read_end_offsets(path)
+    except arguments.EndOffsetsError as exc:
+        raise ArgumentError(str(exc)) from None
+
+
+def _analytics_inputs(args: argparse.Namespace, jobs: Sequence[str],
+                      kafka_options: dict[str, str]) -> AnalyticsInputs:
+    """End offsets for the lag: the file's, else a live source's cluster's (read now, as
+    Kafka's own share-group describe reads them), else none (the lag is a lower bound)."""
+    from sharestate.analytics.lag import LIVE
+    from sharestate.cluster import (
+        KafkaOptionError,
+        KafkaSourceError,
+        fetch_topic_ends,
+        parse_options,
+    )
+    from sharestate.cluster.kafka_options import KAFKA_SCHEME, source_options
+    from sharestate.spark.jobs.analytics import AnalyticsInputs
+
+    live = [source for source in args.source or ()
+            if source.startswith(KAFKA_SCHEME)] if "analytics" in jobs else []
+    if args.end_offsets is not None or not live:
+        return AnalyticsInputs(end_offsets=_end_offsets(args.end_offsets),
+                               delivery_limit=args.delivery_limit)
+    ends: dict[tuple[str, int], int] = {}
+    for uri in live:
+        try:
+            ends |= fetch_topic_ends(parse_options(source_options(uri, kafka_options)))
+        except (KafkaSourceError, KafkaOptionError) as exc:
+            raise ArgumentError(str(exc)) from None
+    return AnalyticsInputs(end_offsets=ends, end_offset_source=LIVE,
+                           delivery_limit=args.delivery_limit)
+
+
+def options(args: argparse.Namespace) -> GoldOptions:
+    """The replay options the arguments ask for."""
+    return GoldOptions(as_of=AsOf(offset=args.as_of_offset, time=args.as_of_time),
+                       semantics=args.semantics,
+                       snapshot_update_records_per_snapshot=args.snapshot_update_records,
+                       retention_minutes=args.retention_minutes)
+
+
+def _check_clusters(sources: Sequence[str], kafka_options: dict[str, str],
+                    timeout_s: float) -> None:
+    """Every `kafka://` source must answer within `timeout_s` seconds, before any work."""
+    from sharestate.cluster import (
+        KafkaOptionError,
+        KafkaSourceError,
+        check_reachable,
+        parse_options,
+    )
+    from sharestate.cluster.kafka_options import KAFKA_SCHEME, source_options
+
+    for uri in sources:
+        if uri.startswith(KAFKA_SCHEME):
+            try:
+                check_reachable(parse_options(source_options(uri, kafka_options)), timeout_s)
+            except (KafkaSourceError, KafkaOptionError) as exc:
+                raise ArgumentError(str(exc)) from None
+
+
+def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
+        spark_factory: Callable[..., SparkSession] | None = None) -> int:
+    """Run `jobs` in order with a session built from `args`; print a summary; exit status."""
+    from sharestate.spark.jobs.analytics import analytics
+    from sharestate.spark.jobs.decode import decode
+    from sharestate.spark.jobs.ingest import ingest
+    from sharestate.spark.jobs.replay import replay
+    from sharestate.spark.jobs.warehouse import Warehouse, new_run_id
+    from sharestate.spark.session import SettingError, build_session, resolve_conf
+
+    if "ingest" in jobs and not args.source:
+        raise ArgumentError("--source is required (segment files, partition dirs or a root)")
+    if args.run_id is not None and not args.run_id.strip():
+        raise ArgumentError("--run-id cannot be empty")
+    gold = options(args)
+    try:
+        conf = arguments.key_values(args.conf, "--conf")
+        kafka_options = arguments.key_values(args.kafka_option, "--kafka-option")
+    except ValueError as exc:
+        raise ArgumentError(str(exc)) from None
+    for warning in (arguments.secret_warnings(conf, "--conf")
+                    + arguments.secret_warnings(kafka_options, "--kafka-option")):
+        print(warning, file=sys.stderr)
+    if args.backend:
+        conf["spark.sharestate.lake.backend"] = args.backend
+    try:
+        resolve_conf(conf, master=args.master)  # bad settings: refused before any work
+    except SettingError as exc:
+        raise ArgumentError(str(exc)) from None
+    if "ingest" in jobs:
+        _check_clusters(args.source, kafka_options, args.connect_timeout)
+    inputs = _analytics_inputs(args, jobs, kafka_options)
+    warehouse = Warehouse(Path(args.warehouse))
+    run_id = args.run_id or new_run_id()
+    reports = []
+    with ExitStack() as held:
+        try:
+            # the session first: a backend that cannot run is refused before the lease
+            # creates anything in the warehouse
+            spark = (spark_factory or build_session)("sharestate", master=args.master,
+                                                     conf=conf, quick_jit=True)
+            held.enter_context(warehouse_lease(
+                warehouse.root, run=run_id, wait=args.lease_wait,
+                what=f"job{'s' if len(jobs) > 1 else ''} {', '.join(jobs)}"))
+        except (WarehouseBusy, SettingError) as exc:
+            raise ArgumentError(str(exc)) from None
+        # ingest followed by decode is one pass: ingest writes the silver tables as well
+        fused = "ingest" in jobs and "decode" in jobs
+        for job in jobs:
+            if job == "ingest":
+                reports.append(ingest(
+                    spark, warehouse, args.source, run_id=run_id, full=args.full,
+                    kafka_options=kafka_options, silver=fused,
+                    limits=ReadLimits(max_batch_records=args.max_batch_records)))
+            elif job == "decode":
+                if not fused:
+                    reports.append(decode(spark, warehouse, run_id=run_id,
+                                                   only_run=args.run_id))
+            elif job == "replay":
+                reports.append(replay(spark, warehouse, run_id=run_id, options=gold))
+            elif job == QUALITY:
+                from sharestate.spark.quality_job import quality_job
+
+                reports.append(quality_job(spark, warehouse, run_id=run_id,
+                                           delivery_limit=args.delivery_limit))
+            else:
+                reports.append(analytics(spark, warehouse, run_id=run_id,
+                                                  inputs=inputs))
+    for report in reports:
+        counts = ", ".join(f"{name} {rows}" for name, rows in report.rows.items())
+        print(f"{report.job:<9} {report.seconds:6.1f}s  {counts or 'nothing new'}"
+              + (f"  ({report.findings} findings)" if report.findings else ""))
+    print(f"tables in {warehouse.root.resolve()} (run {run_id})")
+    return exit_codes.FINDINGS if any(r.findings for r in reports) else exit_codes.OK
+
+
+def main(argv: Sequence[str] | None = None, jobs: Sequence[str] = JOBS) -> int:
+    """Entry point for `spark-submit pipelines/<job>.py`."""
+    try:
+        args = parser("run_all" if len(jobs) > 1 else jobs[0]).parse_args(argv)
+        return run(args, jobs)
+    except (ArgumentError, SourceError) as exc:
+        print(f"sharestate: error: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
+    except Exception as exc:  # anything else is a bug: its own status, not "findings"
+        return exit_codes.internal_error(exc)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
