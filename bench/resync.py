@@ -66,9 +66,9 @@ def _stream(case: str, mib: int, seed: int) -> bytes:
 
 def measure(case: str, mib: int, runs: int, seed: int) -> dict[str, float | int]:
     """Read one case `runs` times in this process: the best rate and what was read."""
-    from sharestate.log import Batch, Finding, discover, read_batches
+    from sharestate.log import Batch, LogFinding, discover, read_batches
 
-    items: list[Batch | Finding] = []
+    items: list[Batch | LogFinding] = []
     best = 0.0
     if case == "flipped_gz":
         source = fixture_dir() / "kafka-4.4-dev" / "share_replay_large.log.gz"

@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from kafka_broker import RELEASES, KafkaBroker, running_broker
 from kafka_workload import Workload, run_workload
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE_ENV = "SHARESTATE_CONFORMANCE_DIR"
@@ -39,6 +43,17 @@ def conformance_dir(name: str | None = None) -> Path:
     if not folder.is_dir():
         pytest.skip(f"conformance fixture set {name!r} not found under {root}")
     return folder
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local Spark session (`build_session`'s defaults, no UI) for every test that
+    needs one; a test that needs other JVM settings starts a JVM of its own (a subprocess)."""
+    from sharestate.spark.session import build_session
+
+    session = build_session("sharestate-tests", ui=False)
+    yield session
+    session.stop()
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from sharestate.analytics.audit import (
     shard_finding_rows,
 )
 from sharestate.coordinator.group_metadata import SharePartitionMetadata, ShareTopic
-from sharestate.coordinator.share_findings import Finding as ShardFinding
+from sharestate.coordinator.share_findings import ShardFinding
 from sharestate.coordinator.share_state import (
     SNAPSHOT_TYPE,
     UPDATE_TYPE,
@@ -26,7 +26,7 @@ from sharestate.coordinator.share_state import (
     ShareValue,
     StateBatch,
 )
-from sharestate.log import Finding, discover
+from sharestate.log import LogFinding, discover
 from sharestate.replay.logs import PartitionLog, partition_logs
 from sharestate.replay.share_log import replay_share_log
 from sharestate.tables.spec import table
@@ -142,7 +142,7 @@ def test_shard_and_log_findings_become_rows() -> None:
     rows = list(shard_finding_rows(shard, 4))
     assert [(r["rule"], r["severity"], r["offset"], r["group_id"]) for r in rows] == [
         ("update_tombstone", "error", 12, "g"), ("unknown_record_type", "warning", 13, None)]
-    (row,) = log_finding_rows([Finding("crc_mismatch", "bad crc", 61, 7, b"", 0)],
+    (row,) = log_finding_rows([LogFinding("crc_mismatch", "bad crc", 61, 7, b"", 0)],
                               "__share_group_state", 4)
     assert (row["rule"], row["severity"], row["offset"], row["message"]) == \
         ("decode_error", "error", 7, "bad crc")

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,6 @@ from sharestate.jars import delta_jars
 from sharestate.lake import open_lake
 from sharestate.lake.lease import LEASE_FILE, holder
 from sharestate.simulate import SimulationConfig, simulate
-from sharestate.spark.session import build_session
 
 pytestmark = pytest.mark.slow
 TABLES = ("log_records", "decode_errors", "share_state_records", "group_records",
@@ -49,11 +47,6 @@ def _backend_args(backend: str) -> list[str]:
     if backend == "jvm":
         extra += ["--conf", "spark.jars=" + ",".join(_delta_jars())]
     return extra
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    yield build_session("test-concurrent-runs", ui=False)
 
 
 @pytest.fixture(scope="module")

@@ -178,7 +178,7 @@ def coalesce(batches: Sequence[StateBatch]) -> tuple[StateBatch, ...]:
 
 
 # ---------------------------------------------------------------------------------------
-# Kafka's vectors (kafka-facts §10.1): (so_far, new, start, expected)
+# Kafka's vectors (`PersisterStateBatchCombinerTest`): (so_far, new, start, expected)
 
 V15_SO_FAR = [B(100, 110, 0, 1), B(121, 130, 0, 1)]
 V15_NEW = [B(111, 119, 2, 2), B(116, 123, 2, 2)]

@@ -64,7 +64,8 @@ def test_update_merges_into_the_state() -> None:
     assert state is not None
     assert (state.start_offset, state.leader_epoch, state.snapshot_epoch) == (100, 3, 0)
     assert state.delivery_complete_count == -1  # taken from the update as it is
-    # kafka-facts §10.3 testNonSequentialBatchUpdates: old batches survive unless pruned
+    # Kafka's ShareCoordinatorShardTest.testNonSequentialBatchUpdates: old batches survive
+    # unless pruned
     shard.replay(2, UPDATE_TYPE, K1, update(110, B(120, 129, 2, 1), leader_epoch=4, dcc=2))
     assert shard.state(K1) == SharePartitionState(0, 0, 4, 110, 2, 7, 8,
                                                   (B(110, 119, 1, 2), B(120, 129, 2, 1)))

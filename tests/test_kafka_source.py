@@ -32,7 +32,6 @@ from sharestate.cluster import (
 )
 from sharestate.log import RawRecord, read_batches
 from sharestate.spark.kafka_source import RAW_STRUCT, register
-from sharestate.spark.session import build_session
 
 TOPIC = "__share_group_state"
 PADDING = 1000  # the fixture's records start at offset 1000: pad so offsets match
@@ -69,11 +68,10 @@ def broker() -> Iterator[Broker]:
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = build_session("test-kafka-source", ui=False)
-    register(session)
-    yield session
-    session.stop()
+def spark(spark: SparkSession) -> SparkSession:
+    """The session, with the live-cluster data source registered."""
+    register(spark)
+    return spark
 
 
 def fixture_options(broker: Broker, **extra: str) -> dict[str, str]:

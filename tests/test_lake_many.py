@@ -13,7 +13,6 @@ import pytest
 from pyspark import cloudpickle
 
 from sharestate.lake import Lake, Target, open_lake
-from sharestate.spark.session import build_session
 
 EVENS = "n bigint not null, half bigint, part int not null"
 ODDS = "n bigint not null, tag string"
@@ -30,10 +29,10 @@ def produce(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, pa.RecordB
 
 
 @pytest.fixture(scope="module")
-def spark() -> Any:
+def spark(spark: Any) -> Any:
     # Spark's workers cannot import this test module: ship its functions by value.
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    return build_session("test-lake-many", ui=False)
+    return spark
 
 
 def tables(lake: Lake, root: Path) -> dict[str, Target]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +16,10 @@ from pyspark.sql import functions as F
 
 from sharestate.lake import Lake, delta_classes_loaded, open_lake, register_views
 from sharestate.lake.base import as_frame
-from sharestate.spark.session import build_session
 
 SCHEMA = ("topic string not null, partition int not null, offset bigint not null, "
           "timestamp bigint, day date, key binary, value binary")
 Row = tuple[str, int, int, int | None, datetime.date, bytes | None, bytes | None]
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = build_session("test-lake-rs", ui=False)
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

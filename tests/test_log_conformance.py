@@ -14,7 +14,7 @@ from conftest import conformance_dir, conformance_root
 from sharestate.log import (
     Batch,
     ControlRecord,
-    Finding,
+    LogFinding,
     RawRecord,
     discover,
     parse_control,
@@ -32,7 +32,7 @@ def _fixture_logs() -> list[str]:
                   for p in (root / folder).glob("*.log"))
 
 
-def read_all(data: bytes, **options: Any) -> list[Batch | Finding]:
+def read_all(data: bytes, **options: Any) -> list[Batch | LogFinding]:
     return list(read_batches(io.BytesIO(data), **options))
 
 

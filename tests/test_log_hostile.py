@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from sharestate.log import (
     Batch,
-    Finding,
+    LogFinding,
     RawRecord,
     build_batch,
     discover,
@@ -35,7 +35,7 @@ from sharestate.log import (
 from sharestate.log.framing import LOG_OVERHEAD, V2_HEADER_SIZE
 
 
-def read_all(data: bytes, **options: Any) -> list[Batch | Finding]:
+def read_all(data: bytes, **options: Any) -> list[Batch | LogFinding]:
     return list(read_batches(io.BytesIO(data), **options))
 
 
@@ -50,15 +50,15 @@ def spans(data: bytes) -> list[tuple[int, int]]:
     return [(i.header.position, i.header.size_in_bytes) for i in items if isinstance(i, Batch)]
 
 
-def batches(items: list[Batch | Finding]) -> list[Batch]:
+def batches(items: list[Batch | LogFinding]) -> list[Batch]:
     return [i for i in items if isinstance(i, Batch)]
 
 
-def findings(items: list[Batch | Finding]) -> list[Finding]:
-    return [i for i in items if isinstance(i, Finding)]
+def findings(items: list[Batch | LogFinding]) -> list[LogFinding]:
+    return [i for i in items if isinstance(i, LogFinding)]
 
 
-def records(items: list[Batch | Finding]) -> list[tuple[int, bytes | None, bytes | None]]:
+def records(items: list[Batch | LogFinding]) -> list[tuple[int, bytes | None, bytes | None]]:
     return [(r.offset, r.key, r.value) for b in batches(items) for r in b.records]
 
 
@@ -249,11 +249,11 @@ def test_bad_control_records_are_findings() -> None:
     [item] = read_all(batch)
     assert isinstance(item, Batch)
     results = [parse_control(r, item.header) for r in item.records]
-    assert all(isinstance(r, Finding) for r in results)
-    assert [r.kind for r in results if isinstance(r, Finding)] == [
+    assert all(isinstance(r, LogFinding) for r in results)
+    assert [r.kind for r in results if isinstance(r, LogFinding)] == [
         "unknown_control_type", "bad_control_record", "bad_control_record",
         "bad_control_record"]
-    assert [r.offset for r in results if isinstance(r, Finding)] == [5, 6, 7, 8]
+    assert [r.offset for r in results if isinstance(r, LogFinding)] == [5, 6, 7, 8]
 
 
 # --- property tests ----------------------------------------------------------------------
@@ -261,12 +261,12 @@ def test_bad_control_records_are_findings() -> None:
 SEGMENTS = ("share_codecs_mixed.log", "share_txn.log", "consumer_offsets_records.log")
 
 
-def _check_stream(data: bytes, **options: Any) -> list[Batch | Finding]:
+def _check_stream(data: bytes, **options: Any) -> list[Batch | LogFinding]:
     items = read_all(data, **options)
     positions = [i.header.position if isinstance(i, Batch) else i.position for i in items]
     assert positions == sorted(set(positions))
     for item in items:
-        for finding in [item] if isinstance(item, Finding) else item.findings:
+        for finding in [item] if isinstance(item, LogFinding) else item.findings:
             assert len(finding.raw) <= min(finding.raw_length, 4096)
             assert finding.kind and finding.message
     return items
@@ -322,7 +322,7 @@ def test_worst_case_garbage_terminates() -> None:
     blob = b"\xff" * 9 + (struct.pack(">qi", 0, 49) + b"\x00" * 4 + b"\x02") * 5000
     items = _check_stream(blob + fixture()[:LOG_OVERHEAD + 5])
     [finding] = items
-    assert isinstance(finding, Finding) and finding.raw_length == len(blob) + 17
+    assert isinstance(finding, LogFinding) and finding.raw_length == len(blob) + 17
 
 
 def test_cut_gzip_stream_ends_with_a_read_error(tmp_path: Path) -> None:
@@ -333,7 +333,7 @@ def test_cut_gzip_stream_ends_with_a_read_error(tmp_path: Path) -> None:
     [segment] = discover([path])
     with segment.open() as stream:
         items = list(read_batches(stream, chunk_bytes=512))
-    assert isinstance(items[-1], Finding) and items[-1].kind == "read_error"
+    assert isinstance(items[-1], LogFinding) and items[-1].kind == "read_error"
     assert "the gzip stream is cut" in items[-1].message
     got = batches(items)
     assert got and got == batches(read_all(data))[:len(got)]
@@ -385,7 +385,7 @@ def test_a_length_ending_on_a_batch_start_hides_no_batch(name: str) -> None:
     assert finding.offset == good[1].header.base_offset
 
 
-def _cut_gzip(tmp_path: Path, packed: bytes) -> list[Batch | Finding]:
+def _cut_gzip(tmp_path: Path, packed: bytes) -> list[Batch | LogFinding]:
     path = tmp_path / "00000000000000000000.log.gz"
     path.write_bytes(packed)
     [segment] = discover([path])

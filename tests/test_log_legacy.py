@@ -10,7 +10,7 @@ import zlib
 import cramjam
 import lz4.frame
 
-from sharestate.log import Batch, Finding, RawRecord, build_batch, read_batches
+from sharestate.log import Batch, LogFinding, RawRecord, build_batch, read_batches
 
 
 def _sized(data: bytes | None) -> bytes:
@@ -35,7 +35,7 @@ def xerial(data: bytes) -> bytes:
     return b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + struct.pack(">i", len(block)) + block
 
 
-def read(data: bytes) -> list[Batch | Finding]:
+def read(data: bytes) -> list[Batch | LogFinding]:
     return list(read_batches(io.BytesIO(data)))
 
 

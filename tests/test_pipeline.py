@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +23,12 @@ from conftest import conformance_dir
 from sharestate.lake import open_lake
 from sharestate.records.spec import snake_case
 from sharestate.spark.run import main as run_all
-from sharestate.spark.session import build_session
 
 pytestmark = pytest.mark.slow
 
 SHARE_FILES = ["share_tombstones", "share_txn", "share_replay_small", "share_interleaved",
                "share_update_tombstone"]
 OFFSET_FILES = ["consumer_offsets_txn", "consumer_offsets_records"]
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = build_session("test-pipeline", ui=False)
-    yield session
 
 
 def layout(root: Path, folder: str, names: list[str], topic: str) -> list[str]:

@@ -12,7 +12,6 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,6 @@ from test_pipeline import OFFSET_FILES, SHARE_FILES, _kafka_partition, layout
 
 from sharestate.jars import delta_jars
 from sharestate.lake import find_tables, open_lake
-from sharestate.spark.session import build_session
 
 pytestmark = pytest.mark.slow
 
@@ -31,13 +29,14 @@ VOLATILE = {"ingest_run", "run_id", "finished_at", "started_at", "seconds"}
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
+def spark(spark: Any) -> Any:
+    """The session, where Delta's pinned jars are cached (the runs' jvm backend needs them)."""
     if not delta_jars().present:
         message = "Delta's pinned jars are not in the jar cache: run `make jars`"
         if under_ci():
             pytest.fail(message)
         pytest.skip(message)
-    yield build_session("test-pipeline-backends", ui=False)
+    return spark
 
 
 def run(source: Path, warehouse: Path, backend: str) -> None:

@@ -9,7 +9,7 @@ one thing with the lake API and runs only the suites of that table.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +23,11 @@ from sharestate.simulate import SimulationConfig, simulate
 from sharestate.spark.quality_job import DOCS
 from sharestate.spark.quality_job import main as quality_main
 from sharestate.spark.run import JOBS, QUALITY, parser, run
-from sharestate.spark.session import build_session
 
 pytestmark = pytest.mark.slow
 
 STATE, HISTORY = "share_partition_state", "share_partition_state_history"
 BATCH = "struct<first_offset:bigint,last_offset:bigint,delivery_state:int,delivery_count:int>"
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    yield build_session("test-quality", ui=False)
 
 
 @pytest.fixture(scope="module")

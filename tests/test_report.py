@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,6 @@ from sharestate.simulate import SimulationConfig, simulate
 from sharestate.spark.jobs.warehouse import Warehouse
 from sharestate.spark.quality_job import quality
 from sharestate.spark.run import parser, run
-from sharestate.spark.session import build_session
 
 pytestmark = pytest.mark.slow
 
@@ -38,11 +36,6 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-component-update", "--disable-sync", "--hide-scrollbars",
                   "--window-size=1440,1000")
 CHARTS = 5
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    yield build_session("test-report", ui=False)
 
 
 @pytest.fixture(scope="module")

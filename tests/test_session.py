@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
+import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
-from pyspark.sql import SparkSession
 
 from sharestate.spark.class_archive import JAVA_OPTIONS
 from sharestate.spark.session import (
@@ -22,7 +19,6 @@ from sharestate.spark.session import (
     QUICK_JIT,
     REPO_ROOT,
     SettingError,
-    build_session,
     conf_file_path,
     delta_jars_present,
     driver_java_options,
@@ -39,19 +35,6 @@ def conf_file(tmp_path: Path) -> Path:
     path.write_text("# comment\n\nspark.sql.shuffle.partitions   3\n"
                     "spark.driver.memory=1g\nspark.app.name  from-file\n")
     return path
-
-
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
-    conf = tmp_path_factory.mktemp("conf") / "spark-defaults.conf"
-    conf.write_text("spark.sql.shuffle.partitions 3\nspark.sharestate.lake.backend rs\n")
-    active = SparkSession.getActiveSession()
-    if active is not None:  # an earlier module's session: this test needs a fresh JVM's conf
-        active.stop()
-    session = build_session("test-session", conf_file=conf, ui=False,
-                            conf={"spark.sql.shuffle.partitions": "5"})
-    yield session
-    session.stop()
 
 
 def test_conf_file_format(conf_file: Path, tmp_path: Path) -> None:
@@ -145,35 +128,63 @@ print(" ".join(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().get
 """
 
 
+@pytest.mark.slow
 def test_the_pipeline_runs_its_jvm_with_the_quick_jit(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", JIT_PROBE, str(tmp_path)], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=300, check=True)
     assert QUICK_JIT in done.stdout.split()
 
 
-def test_built_session(spark: SparkSession) -> None:
-    conf = spark.conf
-    assert conf.get("spark.sql.session.timeZone") == "UTC"
-    assert conf.get("spark.sql.shuffle.partitions") == "5"
-    assert conf.get("spark.sql.execution.arrow.pyspark.enabled") == "true"
-    assert conf.get("spark.sharestate.lake.backend") == "rs"
-    assert conf.get("spark.app.name") == "test-session"
-    assert conf.get("spark.ui.enabled") == "false"
-    assert spark.sparkContext.master == "local[2]"
-    assert DELTA_EXTENSION not in (conf.get("spark.sql.extensions", "") or "")
-    bean = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
-    assert QUICK_JIT not in list(bean.getInputArguments())  # queries: the JVM's full JIT
+BUILT_PROBE = """
+import json, os, sys
+from sharestate.spark.session import build_session
 
-    def probe(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import sys
+spark = build_session("test-session", conf_file=sys.argv[1], ui=False,
+                      conf={"spark.sql.shuffle.partitions": "5"})
 
-        import sharestate.spark.session
 
-        for _ in batches:
-            pass
-        yield pa.RecordBatch.from_pydict({"python": [sys.executable],
-                                          "module": [sharestate.spark.session.__file__]})
+def probe(batches):
+    import sys
 
-    row = spark.range(1).mapInArrow(probe, "python string, module string").collect()[0]
-    assert Path(row.module) == REPO_ROOT / "sharestate" / "spark" / "session.py"
-    assert Path(row.python).resolve() == Path(os.environ["PYSPARK_PYTHON"]).resolve()
+    import pyarrow as pa
+
+    import sharestate.spark.session
+
+    for _ in batches:
+        pass
+    yield pa.RecordBatch.from_pydict({"python": [sys.executable],
+                                      "module": [sharestate.spark.session.__file__]})
+
+
+row = spark.range(1).mapInArrow(probe, "python string, module string").collect()[0]
+names = ["spark.sql.session.timeZone", "spark.sql.shuffle.partitions", "spark.app.name",
+         "spark.sql.execution.arrow.pyspark.enabled", "spark.sharestate.lake.backend",
+         "spark.ui.enabled", "spark.sql.extensions"]
+bean = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+print(json.dumps({"conf": {name: spark.conf.get(name, None) for name in names},
+                  "master": spark.sparkContext.master,
+                  "jvm": list(bean.getInputArguments()), "worker_python": row.python,
+                  "worker_module": row.module, "pyspark_python": os.environ["PYSPARK_PYTHON"]}))
+"""
+
+
+@pytest.mark.slow
+def test_built_session(tmp_path: Path) -> None:
+    """A session built in a JVM of its own (the conf file and settings are the JVM's)."""
+    conf_file = tmp_path / "spark-defaults.conf"
+    conf_file.write_text("spark.sql.shuffle.partitions 3\nspark.sharestate.lake.backend rs\n")
+    done = subprocess.run([sys.executable, "-c", BUILT_PROBE, str(conf_file)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, check=True)
+    built = json.loads(done.stdout.splitlines()[-1])
+    conf = built["conf"]
+    assert conf["spark.sql.session.timeZone"] == "UTC"
+    assert conf["spark.sql.shuffle.partitions"] == "5"
+    assert conf["spark.sql.execution.arrow.pyspark.enabled"] == "true"
+    assert conf["spark.sharestate.lake.backend"] == "rs"
+    assert conf["spark.app.name"] == "test-session"
+    assert conf["spark.ui.enabled"] == "false"
+    assert built["master"] == "local[2]"
+    assert DELTA_EXTENSION not in (conf["spark.sql.extensions"] or "")
+    assert QUICK_JIT not in built["jvm"]  # queries: the JVM's full JIT
+    assert Path(built["worker_module"]) == REPO_ROOT / "sharestate" / "spark" / "session.py"
+    assert Path(built["worker_python"]).resolve() == Path(built["pyspark_python"]).resolve()

@@ -6,7 +6,6 @@ their header. Real local Spark over a real warehouse."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +15,9 @@ from sharestate.app.cli import main
 from sharestate.lake import open_lake
 from sharestate.simulate import SimulationConfig, simulate
 from sharestate.spark.run import main as run_all
-from sharestate.spark.session import build_session
 
 pytestmark = pytest.mark.slow
 REFUSED = 4
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    yield build_session("test-sql-door", ui=False)
 
 
 @pytest.fixture(scope="module")

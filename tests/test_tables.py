@@ -12,7 +12,7 @@ import pytest
 from conftest import conformance_dir
 
 from sharestate.analytics.audit import ShareAuditor
-from sharestate.log import Batch, Finding, ReadLimits, discover, read_batches
+from sharestate.log import Batch, LogFinding, ReadLimits, discover, read_batches
 from sharestate.records import segment
 from sharestate.records.segment import (
     QuietRun,
@@ -171,7 +171,7 @@ def test_quiet_runs_gather_only_plain_data_batches(name: str, source: str,
     alone = [g for g in gathered if not isinstance(g, QuietRun)]
     assert runs
     assert all(not h.is_transactional and not h.is_control for r in runs for h in r.headers)
-    assert all(isinstance(g, Finding) or g.findings or g.header.is_transactional
+    assert all(isinstance(g, LogFinding) or g.findings or g.header.is_transactional
                or g.header.is_control for g in alone)
     assert all(len(r.records) < 40 + max(len(b.records) for b in r.batches()) for r in runs)
     assert [b for g in gathered for b in (g.batches() if isinstance(g, QuietRun) else [g])

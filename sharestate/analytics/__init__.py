@@ -5,8 +5,9 @@
 - `redelivery`: `redelivery` rows and the per-group delivery-count histogram.
 - `audit`: `audit_findings` rows (`ShareAuditor`, `TransactionAuditor`, replay and
   cross-topic findings).
-- `prune`: the `prune_recommendations` row, with the cold-partition snapshot what-if.
 - `offsets`: `consumer_group_offsets` rows (`OffsetHistory`, an offset-event listener).
+
+The `prune_recommendations` row comes from `sharestate.replay.prune`, the prune point's home.
 
 Row dicts use exactly the column names of `schemas/tables/<table>.json`, in that order.
 """

@@ -50,7 +50,7 @@ from sharestate.coordinator.share_checks import (
     orphaned_state,
     stuck_deleting,
 )
-from sharestate.coordinator.share_findings import Finding as ShardFinding
+from sharestate.coordinator.share_findings import ShardFinding
 from sharestate.coordinator.share_state import (
     SNAPSHOT_TYPE,
     UPDATE_TYPE,
@@ -59,7 +59,7 @@ from sharestate.coordinator.share_state import (
     share_key,
     share_value,
 )
-from sharestate.log import ControlRecord, Finding, RawRecord
+from sharestate.log import ControlRecord, LogFinding, RawRecord
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.records.keyvalue import KeyValue
 from sharestate.records.segment import DecodedBatch, LogItem, QuietRun
@@ -216,12 +216,12 @@ class TransactionAuditor:
             topic_id=one_key.topic_id if one_key else None,
             share_partition=one_key.partition if one_key else None, detail=detail))
 
-    def batch(self, item: DecodedBatch | Finding, subject: SubjectOf = group_of) -> None:
+    def batch(self, item: DecodedBatch | LogFinding, subject: SubjectOf = group_of) -> None:
         """Feed every record of a decoded batch (framing findings are `log_finding_rows`'s).
 
         `subject` is called once per data record, in order, and names what it concerns.
         """
-        if isinstance(item, Finding):
+        if isinstance(item, LogFinding):
             return
         header = item.header
         for record, decoded in zip(item.records, item.decoded, strict=True):
@@ -431,7 +431,7 @@ def shard_finding_rows(findings: Iterable[ShardFinding], partition: int | None,
                           share_partition=key.partition if key else None)
 
 
-def log_finding_rows(findings: Iterable[Finding], topic: str,
+def log_finding_rows(findings: Iterable[LogFinding], topic: str,
                      partition: int | None) -> Iterator[Row]:
     """A `decode_error` row per finding of a replayed log (either topic)."""
     for f in findings:

@@ -12,10 +12,8 @@ from dataclasses import dataclass
 
 from sharestate.coordinator.shard import ShareShard
 from sharestate.coordinator.share_state import ShareKey, SharePartitionState, StateBatch
+from sharestate.replay.logs import UNKNOWN_PARTITION
 from sharestate.replay.share_log import ShareLogResult
-
-UNKNOWN_PARTITION = -1
-"""`state_partition` of a log whose path does not name its partition (a loose file)."""
 
 
 @dataclass(frozen=True, slots=True)

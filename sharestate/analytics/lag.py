@@ -1,6 +1,6 @@
 """Share-group lag per share-partition: the `share_group_lag` rows.
 
-Kafka's formula (KIP-1226, kafka-facts §8): `lag = end - SPSO - deliveryCompleteCount`, the
+Kafka's formula (KIP-1226): `lag = end - SPSO - deliveryCompleteCount`, the
 end offset being the next offset to be produced; Kafka reports no lag when SPSO is -1.
 
 Choices made here:

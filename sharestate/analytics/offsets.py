@@ -1,7 +1,8 @@
 """Consumer-group offset history: the `consumer_group_offsets` rows.
 
 `OffsetHistory` is an `OffsetListener` (pass it to `GroupCoordinatorReplay` /
-`replay_group_log`): one row per offset event, in the event's terms (kafka-facts §7).
+`replay_group_log`): one row per offset event, in the event's terms (Kafka's
+`OffsetMetadataManager`).
 
 - `txn_outcome` is the outcome of the transaction a transactional commit belongs to: COMMIT
   or ABORT once its producer's marker is seen, `open` when the input ends first, null for a

@@ -27,7 +27,7 @@ from sharestate.locations import location
 from sharestate.log import (
     COMPRESSION_NAMES,
     DEFAULT_MAX_BATCH_RECORDS,
-    Finding,
+    LogFinding,
     ReadLimits,
     Segment,
     SourceError,
@@ -38,7 +38,8 @@ from sharestate.records.detect import Detection
 from sharestate.records.segment import decode_segment, detect_segment, finding_json, record_json
 from sharestate.replay.group_log import replay_group_log
 from sharestate.replay.logs import AsOf, PartitionLog, partition_logs
-from sharestate.replay.rows import offset_rows, prune_row, state_row
+from sharestate.replay.prune import prune_row
+from sharestate.replay.rows import offset_rows, state_row
 from sharestate.replay.share_log import ShareLogResult, replay_share_log
 from sharestate.runtime import quiet_gc
 from sharestate.simulate import SimulationConfig, simulate
@@ -119,7 +120,7 @@ def _table_line(row: dict[str, Any]) -> str:
            f"{row['offset'] if row['offset'] is not None else '-':>12} {what:<36} {key} {body}"
 
 
-Found = tuple[str | None, int | None, Finding]
+Found = tuple[str | None, int | None, LogFinding]
 """A finding with the topic and partition it was read as (None where unknown)."""
 
 
@@ -604,17 +605,10 @@ def _add_sources(parser: argparse.ArgumentParser) -> None:
 
 def version() -> str:
     """`sharestate X.Y.Z (C extension|pure Python), Python X.Y.Z`."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed
+    from sharestate import __version__, native
 
-    from sharestate import native
-
-    try:
-        release = installed("sharestate")
-    except PackageNotFoundError:
-        release = "(not installed)"
     kernels = "C extension" if native.module is not None else "pure Python"
-    return f"sharestate {release} ({kernels}), Python {sys.version.split()[0]}"
+    return f"sharestate {__version__} ({kernels}), Python {sys.version.split()[0]}"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,7 @@
 """When each committed offset would expire under KIP-211, as the coordinator implements it.
 
-The forecast assumes the groups stay as replayed. Per offset (kafka-facts §9):
+The forecast assumes the groups stay as replayed. Per offset (KIP-211; Kafka's
+`OffsetMetadataManager.cleanupExpiredOffsets`):
 1. a share group has no offset expiry, and offsets of a group that no longer exists are never
    looked at by the expiry job;
 2. the group picks the base timestamp: a classic group with a protocol type uses the time it

@@ -1,6 +1,6 @@
 """Committed offsets of `__consumer_offsets`, with Kafka's transactional replay rules.
 
-Facts replayed here (kafka-facts §7):
+Facts replayed here (Kafka's `OffsetMetadataManager` and `CoordinatorLoaderImpl`):
 - a non-transactional commit (producer id -1) replaces the committed offset at once;
 - a transactional commit waits, per producer id, for that producer's end marker;
 - COMMIT installs each pending offset only when no committed offset exists or the pending

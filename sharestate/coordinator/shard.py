@@ -45,7 +45,7 @@ from sharestate.coordinator.share_findings import (
     SNAPSHOT_TOMBSTONE_FAILED,
     UNKNOWN_RECORD_TYPE,
     UPDATE_TOMBSTONE,
-    Finding,
+    ShardFinding,
 )
 from sharestate.coordinator.share_rules import RULES_4_1, ShareRules
 from sharestate.coordinator.share_state import (
@@ -113,7 +113,7 @@ class ShareShard:
         self._offsets = OffsetsManager()
         self._pending: dict[int, list[_Pending]] | None = (
             {} if semantics == TRANSACTIONAL_ACKS else None)
-        self.findings: list[Finding] = []
+        self.findings: list[ShardFinding] = []
 
     # -- replay -------------------------------------------------------------------------
 
@@ -258,7 +258,7 @@ class ShareShard:
                 return
 
     def _finding(self, offset: int, code: str, key: ShareKey | None, message: str) -> None:
-        self.findings.append(Finding(offset, code, message, key))
+        self.findings.append(ShardFinding(offset, code, message, key))
 
     def native_context(self) -> NativeContext | None:
         """What `sharestate._native.share_apply` needs to apply clean records in C.

@@ -18,7 +18,7 @@ PENDING_DISCARDED = "pending-discarded"
 """Transactional-acks semantics: a tombstone discarded still-pending records of its key."""
 
 
-class Finding(NamedTuple):
+class ShardFinding(NamedTuple):
     """An input the shard handled differently from (or could not match) Kafka's replay."""
 
     offset: int

@@ -2,7 +2,7 @@
 
 Reading (`read_segment`, over `read_batches`) streams a segment of RecordBatch v2 or legacy
 magic 0/1 entries, checks CRCs, decompresses within limits, and turns anything unreadable
-into a `Finding` instead of an exception. `parse_control` interprets control records;
+into a `LogFinding` instead of an exception. `parse_control` interprets control records;
 `discover` finds segment files; `build_batch`/`SegmentWriter` write batches and segments.
 """
 
@@ -14,7 +14,7 @@ from sharestate.log.batch import (
     NO_TIMESTAMP_TYPE,
     Batch,
     BatchHeader,
-    Finding,
+    LogFinding,
     RawRecord,
 )
 from sharestate.log.builder import (
@@ -73,7 +73,7 @@ __all__ = [
     "BatchHeader",
     "ControlRecord",
     "DecompressionError",
-    "Finding",
+    "LogFinding",
     "RawRecord",
     "ReadLimits",
     "RecordError",

@@ -13,7 +13,7 @@ LOG_APPEND_TIME = "LogAppendTime"
 NO_TIMESTAMP_TYPE = "NoTimestampType"
 
 DEFAULT_RAW_CAP = 4096
-"""How many offending bytes a `Finding` keeps by default."""
+"""How many offending bytes a `LogFinding` keeps by default."""
 
 
 class BatchHeader(NamedTuple):
@@ -60,7 +60,7 @@ class RawRecord(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
-class Finding:
+class LogFinding:
     """A problem found in the input, with where it is and the bytes concerned.
 
     `position` is a byte position in the stream, `offset` the log offset concerned when it
@@ -80,7 +80,7 @@ class Finding:
     @classmethod
     def of(cls, kind: str, message: str, position: int, offset: int | None,
            raw: bytes | memoryview, cap: int = DEFAULT_RAW_CAP,
-           source: str | None = None) -> Finding:
+           source: str | None = None) -> LogFinding:
         """Build a finding, keeping at most `cap` bytes of `raw`."""
         return cls(kind, message, position, offset, bytes(raw[:cap]), len(raw), source)
 
@@ -90,4 +90,4 @@ class Batch(NamedTuple):
 
     header: BatchHeader
     records: list[RawRecord]
-    findings: list[Finding]
+    findings: list[LogFinding]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from sharestate.log.batch import BatchHeader, Finding, RawRecord
+from sharestate.log.batch import BatchHeader, LogFinding, RawRecord
 
 ABORT = 0
 COMMIT = 1
@@ -44,12 +44,12 @@ def end_txn_marker_value(coordinator_epoch: int, version: int = 0) -> bytes:
     return _MARKER.pack(version, coordinator_epoch)
 
 
-def parse_control(record: RawRecord, header: BatchHeader) -> ControlRecord | Finding:
-    """Interpret a record of a control batch; problems come back as a `Finding`."""
+def parse_control(record: RawRecord, header: BatchHeader) -> ControlRecord | LogFinding:
+    """Interpret a record of a control batch; problems come back as a `LogFinding`."""
     key = record.key
 
-    def bad(kind: str, message: str, raw: bytes | None) -> Finding:
-        return Finding.of(kind, f"control record at offset {record.offset}: {message}",
+    def bad(kind: str, message: str, raw: bytes | None) -> LogFinding:
+        return LogFinding.of(kind, f"control record at offset {record.offset}: {message}",
                           header.position, record.offset, raw or b"")
 
     if key is None or len(key) < _KEY.size:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, cast
 
-from sharestate.log.batch import Batch, Finding
+from sharestate.log.batch import Batch, LogFinding
 from sharestate.log.framing import DEFAULT_LIMITS, ReadLimits, read_batches
 from sharestate.log.streams import FileStream, GzipStream
 
@@ -85,7 +85,7 @@ def _file_type(mode: int) -> str:
 
 
 def read_segment(segment: Segment, *, start: int = 0, end: int | None = None,
-                 limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Batch | Finding]:
+                 limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Batch | LogFinding]:
     """Every batch and finding of `segment` (of its split [start, end) when given, see
     `read_batches`), each finding naming the segment as its `source`. A segment that
     cannot be opened is one `unreadable_segment` finding (in its first split)."""
@@ -94,7 +94,7 @@ def read_segment(segment: Segment, *, start: int = 0, end: int | None = None,
         stream = segment.open()
     except SourceError as exc:
         if start == 0:
-            yield Finding("unreadable_segment", str(exc), 0, None, b"", 0, source)
+            yield LogFinding("unreadable_segment", str(exc), 0, None, b"", 0, source)
         return
     with stream:
         yield from read_batches(stream, start_position=start, end_position=end,

@@ -14,7 +14,7 @@ Bad bytes never raise. A batch whose CRC does not match is refused as Kafka's lo
 refuses it: it comes with no records and a `crc_mismatch` finding holding its bytes. So is
 a batch declaring more records than `max_batch_records` (`too_many_records`, nothing
 decompressed or parsed). An impossible length, an unknown magic or a batch running past
-the end of the stream yields one top-level `Finding`, after which reading resumes at the
+the end of the stream yields one top-level `LogFinding`, after which reading resumes at the
 next position where an intact batch starts (`resync`: cheap header checks on every byte,
 a CRC only where they pass). A refused batch's length is not trusted either: an intact
 batch starting inside it ends it there (`bad_length`), so a wrong length hides nothing;
@@ -44,7 +44,7 @@ from sharestate.log.batch import (
     LOG_APPEND_TIME,
     Batch,
     BatchHeader,
-    Finding,
+    LogFinding,
     RawRecord,
 )
 from sharestate.log.compression import DEFAULT_MAX_INFLATED_BYTES, DecompressionError, decompress
@@ -100,8 +100,8 @@ def read_batches(stream: BinaryIO, *, start_position: int = 0, end_position: int
                  max_batch_records: int = DEFAULT_MAX_BATCH_RECORDS,
                  max_raw_bytes: int = DEFAULT_RAW_CAP,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                 source: str | None = None) -> Iterator[Batch | Finding]:
-    """Yield each batch of `stream` in order, and a `Finding` for each unreadable range
+                 source: str | None = None) -> Iterator[Batch | LogFinding]:
+    """Yield each batch of `stream` in order, and a `LogFinding` for each unreadable range
     (each naming `source` as where it was found).
 
     Positions count from the start of the stream. With `start_position` the stream is
@@ -198,26 +198,26 @@ class _Scanner:
 
     # -- the walk --------------------------------------------------------------------
 
-    def run(self) -> Iterator[Batch | Finding]:
+    def run(self) -> Iterator[Batch | LogFinding]:
         yield from self._walk()
         if self.read_error is not None:
             kind, reason = self.read_error
             end = self._end()
-            yield Finding(kind, f"reading stopped after {end} bytes: {reason}", end, None,
+            yield LogFinding(kind, f"reading stopped after {end} bytes: {reason}", end, None,
                           b"", 0, self.source)
 
-    def _sourced(self, item: Batch | Finding) -> Batch | Finding:
+    def _sourced(self, item: Batch | LogFinding) -> Batch | LogFinding:
         """`item` with its findings naming the source (only the Python walk finds any)."""
         if self.source is None:
             return item
-        if isinstance(item, Finding):
+        if isinstance(item, LogFinding):
             return dataclasses.replace(item, source=self.source)
         if item.findings:
             return Batch(item.header, item.records,
                          [dataclasses.replace(f, source=self.source) for f in item.findings])
         return item
 
-    def _walk(self) -> Iterator[Batch | Finding]:
+    def _walk(self) -> Iterator[Batch | LogFinding]:
         self._seek_start()
         pos = self.start
         stop = self.stop
@@ -237,7 +237,7 @@ class _Scanner:
             if not self._fill(pos, pos + _PROBE):
                 left = self._end() - pos
                 if left > 0:
-                    yield Finding.of("trailing_bytes",
+                    yield LogFinding.of("trailing_bytes",
                                      f"{left} bytes at the end are too short for a batch",
                                      pos, None, self.buf[pos - self.base:], self.raw_cap,
                                      self.source)
@@ -277,7 +277,7 @@ class _Scanner:
                 inner = self._find_valid(pos + 1, pos + size)
                 if inner is not None:
                     refused = batch.findings[0]
-                    yield Finding(
+                    yield LogFinding(
                         "bad_length", f"batch at offset {base_offset} declares {size} bytes "
                         f"and its CRC does not match, but an intact batch starts at "
                         f"{inner}: skipped {inner - pos} bytes, resuming there", pos,
@@ -308,7 +308,7 @@ class _Scanner:
                     f"limit of {self.max_batch}", None)
         return None
 
-    def _resync(self, start: int, problem: _Problem) -> Generator[Finding, None, int | None]:
+    def _resync(self, start: int, problem: _Problem) -> Generator[LogFinding, None, int | None]:
         """Report the range from `start` to the next valid batch; return where that is."""
         kind, message, offset = problem
         self._fill(start, start + self.raw_cap)
@@ -317,7 +317,7 @@ class _Scanner:
         resume = self._find_valid(start + 1, None)
         stop = self._end() if resume is None else resume
         where = "no valid batch follows" if resume is None else f"resuming at {resume}"
-        yield Finding(kind, f"{message}; skipped {stop - start} bytes, {where}", start,
+        yield LogFinding(kind, f"{message}; skipped {stop - start} bytes, {where}", start,
                       offset, raw[:stop - start], stop - start, self.source)
         return resume
 
@@ -380,15 +380,15 @@ class _Scanner:
             LOG_APPEND_TIME if attributes & 8 else CREATE_TIME, base_timestamp, max_timestamp,
             producer_id, producer_epoch, base_sequence, bool(attributes & 16),
             bool(attributes & 32), count, bool(attributes & 64))
-        findings: list[Finding] = []
+        findings: list[LogFinding] = []
         records: list[RawRecord] = []
         if actual_crc != crc:
-            findings.append(Finding.of(
+            findings.append(LogFinding.of(
                 "crc_mismatch", f"batch CRC-32C is {actual_crc}, the header says {crc}: "
                 f"{_its_records(count, base_offset, last_offset)} not read (Kafka refuses a "
                 f"corrupt batch)", position, base_offset, buf[off:end], self.raw_cap))
         elif count > self.max_records:
-            findings.append(Finding.of(
+            findings.append(LogFinding.of(
                 "too_many_records", f"batch declares {count} records, more than the limit of "
                 f"{self.max_records}: not read", position, base_offset, buf[off:end],
                 self.raw_cap))
@@ -399,24 +399,24 @@ class _Scanner:
                                            base_timestamp, base_sequence)
             if error is not None:
                 message, at = error
-                findings.append(Finding.of("bad_record", message, position + at - off,
+                findings.append(LogFinding.of("bad_record", message, position + at - off,
                                            base_offset, buf[at:end], self.raw_cap))
         elif codec >= len(COMPRESSION_NAMES):
-            findings.append(Finding.of("unknown_compression", f"unknown codec id {codec}",
+            findings.append(LogFinding.of("unknown_compression", f"unknown codec id {codec}",
                                        position, base_offset, buf[off:end], self.raw_cap))
         else:
             payload = buf[off + V2_HEADER_SIZE:end]
             try:
                 data = decompress(COMPRESSION_NAMES[codec], payload, self.max_inflated)
             except DecompressionError as exc:
-                findings.append(Finding.of(exc.kind, str(exc), position, base_offset, payload,
+                findings.append(LogFinding.of(exc.kind, str(exc), position, base_offset, payload,
                                            self.raw_cap))
             else:
                 records, error = parse_records(data, 0, len(data), count, base_offset,
                                                base_timestamp, base_sequence)
                 if error is not None:
                     message, at = error
-                    findings.append(Finding.of(
+                    findings.append(LogFinding.of(
                         "bad_record", f"{message} (at byte {at} of the decompressed records)",
                         position, base_offset, data[at:], self.raw_cap))
         if attributes & 8 and records:

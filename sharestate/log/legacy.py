@@ -24,7 +24,7 @@ from sharestate.log.batch import (
     NO_TIMESTAMP_TYPE,
     Batch,
     BatchHeader,
-    Finding,
+    LogFinding,
     RawRecord,
 )
 from sharestate.log.compression import DecompressionError, decompress
@@ -77,19 +77,19 @@ def parse_legacy(buf: bytes, off: int, position: int, size: int, *, max_inflated
                  max_records: int, raw_cap: int) -> Batch:
     """Parse the legacy entry of `size` bytes at `buf[off:]`, found at stream `position`."""
     end = off + size
-    findings: list[Finding] = []
+    findings: list[LogFinding] = []
     try:
         wrapper = _Message(buf, off, end)
     except _Malformed as exc:
         header = _header(position, size, _ENTRY.unpack_from(buf, off), False)
-        finding = Finding.of("bad_record", f"legacy message is malformed: {exc}", position,
+        finding = LogFinding.of("bad_record", f"legacy message is malformed: {exc}", position,
                              header.base_offset, buf[off:end], raw_cap)
         return Batch(header, [], [finding])
     codec = wrapper.attributes & 7
     timestamp_type = _timestamp_type(wrapper.magic, wrapper.attributes)
     records: list[RawRecord] = []
     if not wrapper.crc_valid:
-        findings.append(Finding.of(
+        findings.append(LogFinding.of(
             "crc_mismatch", f"legacy message CRC-32 does not match the stored {wrapper.crc}: "
             f"its records are not read (Kafka refuses a corrupt message)", position,
             wrapper.offset, buf[off:end], raw_cap))
@@ -97,17 +97,17 @@ def parse_legacy(buf: bytes, off: int, position: int, size: int, *, max_inflated
         records.append(RawRecord(wrapper.offset, wrapper.timestamp, -1, wrapper.key,
                                  wrapper.value, ()))
     elif codec >= _LEGACY_CODECS:
-        findings.append(Finding.of("unknown_compression",
+        findings.append(LogFinding.of("unknown_compression",
                                    f"codec id {codec} is not valid for magic {wrapper.magic}",
                                    position, wrapper.offset, buf[off:end], raw_cap))
     elif wrapper.value is None:
-        findings.append(Finding.of("bad_record", "compressed wrapper message has a null value",
+        findings.append(LogFinding.of("bad_record", "compressed wrapper message has a null value",
                                    position, wrapper.offset, buf[off:end], raw_cap))
     else:
         try:
             inner = decompress(COMPRESSION_NAMES[codec], wrapper.value, max_inflated_bytes)
         except DecompressionError as exc:
-            findings.append(Finding.of(exc.kind, str(exc), position, wrapper.offset,
+            findings.append(LogFinding.of(exc.kind, str(exc), position, wrapper.offset,
                                        wrapper.value, raw_cap))
         else:
             records = _inner_records(inner, wrapper, timestamp_type, position, max_records,
@@ -138,7 +138,7 @@ def _header(position: int, size: int, entry: tuple[int, int, int, int, int],
 
 
 def _inner_records(data: bytes, wrapper: _Message, timestamp_type: str, position: int,
-                   max_records: int, raw_cap: int, findings: list[Finding]) -> list[RawRecord]:
+                   max_records: int, raw_cap: int, findings: list[LogFinding]) -> list[RawRecord]:
     """The inner messages of a compressed wrapper, with absolute offsets (those whose CRC
     does not match are refused; more than `max_records` of them refuse the wrapper)."""
     minimum = MIN_MESSAGE_SIZE[wrapper.magic]
@@ -149,7 +149,7 @@ def _inner_records(data: bytes, wrapper: _Message, timestamp_type: str, position
     end = len(data)
     while pos < end:
         if parsed == max_records:
-            findings.append(Finding.of(
+            findings.append(LogFinding.of(
                 "too_many_records", f"compressed wrapper at offset {wrapper.offset} holds "
                 f"more than the limit of {max_records} messages: not read", position,
                 wrapper.offset, data[:pos], raw_cap))
@@ -167,7 +167,7 @@ def _inner_records(data: bytes, wrapper: _Message, timestamp_type: str, position
             if message.attributes & 7:
                 raise _Malformed("inner messages must not be compressed")
         except _Malformed as exc:
-            findings.append(Finding.of(
+            findings.append(LogFinding.of(
                 "bad_record", f"inner message {parsed} of the compressed wrapper at "
                 f"offset {wrapper.offset}: {exc}", position, wrapper.offset, data[pos:],
                 raw_cap))
@@ -177,7 +177,7 @@ def _inner_records(data: bytes, wrapper: _Message, timestamp_type: str, position
         if message.crc_valid:
             messages.append(message)
         else:
-            findings.append(Finding.of(
+            findings.append(LogFinding.of(
                 "crc_mismatch", f"inner message at byte {pos} (offset field "
                 f"{message.offset}) of the compressed wrapper at offset {wrapper.offset} has "
                 f"a bad CRC-32: not read", position, wrapper.offset,
@@ -185,7 +185,7 @@ def _inner_records(data: bytes, wrapper: _Message, timestamp_type: str, position
         pos += 12 + size
     if not messages:
         if not findings:
-            findings.append(Finding.of("bad_record", "compressed wrapper holds no messages",
+            findings.append(LogFinding.of("bad_record", "compressed wrapper holds no messages",
                                        position, wrapper.offset, data, raw_cap))
         return []
     absolute_base = -1

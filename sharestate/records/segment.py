@@ -27,7 +27,7 @@ from sharestate.log import (
     Batch,
     BatchHeader,
     ControlRecord,
-    Finding,
+    LogFinding,
     RawRecord,
     ReadLimits,
     Segment,
@@ -52,7 +52,7 @@ class DecodedRecord:
     batch: BatchHeader | None
     kv: KeyValue | None
     control: ControlRecord | None
-    finding: Finding | None
+    finding: LogFinding | None
     position: int | None
     raw_key: bytes | None
     raw_value: bytes | None
@@ -86,14 +86,14 @@ def detect_segment(segment: Segment, *, dialect_name: str | None = None,
                   dialect_name=dialect_name)
 
 
-Decoded = KeyValue | ControlRecord | Finding
+Decoded = KeyValue | ControlRecord | LogFinding
 """What one record decodes to: a data record's `KeyValue` (its `error` says why one failed),
-a control record's `ControlRecord`, or a `Finding` when a control record is malformed."""
+a control record's `ControlRecord`, or a `LogFinding` when a control record is malformed."""
 
 
 def segment_batches(segment: Segment, detection: Detection, *, start: int = 0,
                     end: int | None = None, limits: ReadLimits = DEFAULT_LIMITS
-                    ) -> Iterator[Batch | Finding]:
+                    ) -> Iterator[Batch | LogFinding]:
     """`read_segment` for a segment detected as `detection`: when its topic is unknown, the
     segment (unless empty or unreadable) is one `unknown_topic` finding instead."""
     items = read_segment(segment, start=start, end=end, limits=limits)
@@ -101,31 +101,31 @@ def segment_batches(segment: Segment, detection: Detection, *, start: int = 0,
                                                                      start)
 
 
-def _unknown_topic(segment: Segment, detection: Detection, items: Iterator[Batch | Finding],
-                   start: int) -> Iterator[Finding]:
+def _unknown_topic(segment: Segment, detection: Detection, items: Iterator[Batch | LogFinding],
+                   start: int) -> Iterator[LogFinding]:
     for item in items:
-        if isinstance(item, Finding) and item.kind == "unreadable_segment":
+        if isinstance(item, LogFinding) and item.kind == "unreadable_segment":
             yield item
         elif start == 0:
-            yield Finding("unknown_topic", f"{detection.describe()}: the segment is not read",
+            yield LogFinding("unknown_topic", f"{detection.describe()}: the segment is not read",
                           0, None, b"", 0, str(segment.path))
         return
 
 
 def record_finding(header: BatchHeader, record: RawRecord, decoded: Decoded,
-                   source: str | None) -> Finding | None:
+                   source: str | None) -> LogFinding | None:
     """The finding of one record that did not decode (None when it did): its error, the
     batch's position, the record's offset and its bytes (the value, else the key)."""
     if isinstance(decoded, ControlRecord):
         return None
-    if isinstance(decoded, Finding):
+    if isinstance(decoded, LogFinding):
         return decoded if decoded.source == source else dataclasses.replace(decoded,
                                                                              source=source)
     error = decoded.error
     if error is None:
         return None
     raw = record.value if record.value is not None else record.key
-    return Finding.of(error.kind, error.message, header.position, record.offset, raw or b"",
+    return LogFinding.of(error.kind, error.message, header.position, record.offset, raw or b"",
                       source=source)
 
 
@@ -133,7 +133,7 @@ class DecodedBatch(NamedTuple):
     """A batch with every record decoded: `decoded[i]` belongs to `records[i]`.
 
     Data records decode to a `KeyValue` (its `error` says why one failed), control
-    records to a `ControlRecord`, or to a `Finding` when the control record is malformed.
+    records to a `ControlRecord`, or to a `LogFinding` when the control record is malformed.
     `findings` are the batch's own (from the log layer), `failed` the `record_finding` of
     each record that did not decode, in log order.
     """
@@ -141,8 +141,8 @@ class DecodedBatch(NamedTuple):
     header: BatchHeader
     records: list[RawRecord]
     decoded: list[Decoded]
-    findings: list[Finding]
-    failed: tuple[Finding, ...] = ()
+    findings: list[LogFinding]
+    failed: tuple[LogFinding, ...] = ()
 
 
 class QuietRun(NamedTuple):
@@ -165,7 +165,7 @@ class QuietRun(NamedTuple):
 
 _ERROR = itemgetter(5)  # KeyValue.error
 
-LogItem = DecodedBatch | QuietRun | Finding
+LogItem = DecodedBatch | QuietRun | LogFinding
 """What a replay reads, in log order: a log's batches, some gathered into runs."""
 
 
@@ -175,7 +175,7 @@ records of a run stay in cache between decode and apply): replaying segments, 51
 as fast as 65,536 and as fast as 128."""
 
 
-def quiet_runs(items: Iterator[DecodedBatch | Finding]) -> Iterator[LogItem]:
+def quiet_runs(items: Iterator[DecodedBatch | LogFinding]) -> Iterator[LogItem]:
     """`items` with each stretch of batches outside transactions, without control records
     or findings, gathered into `QuietRun`s."""
     batches: list[DecodedBatch] = []
@@ -208,13 +208,13 @@ def quiet_runs(items: Iterator[DecodedBatch | Finding]) -> Iterator[LogItem]:
 
 
 def decode_batches(segment: Segment, detection: Detection, *,
-                   limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[DecodedBatch | Finding]:
+                   limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[DecodedBatch | LogFinding]:
     """Stream `segment` batch by batch under `detection`'s topic and dialect."""
     topic = detection.topic
     schemas = dialect(detection.dialect)
     source = str(segment.path)
     for item in segment_batches(segment, detection, limits=limits):
-        if isinstance(item, Finding):
+        if isinstance(item, LogFinding):
             yield item
             continue
         assert topic is not None
@@ -222,7 +222,7 @@ def decode_batches(segment: Segment, detection: Detection, *,
         decoded: list[Decoded]
         if header.is_control:
             decoded = [parse_control(record, header) for record in records]
-            bad = any(isinstance(d, Finding) for d in decoded)
+            bad = any(isinstance(d, LogFinding) for d in decoded)
         else:
             values = decode_key_values(schemas, topic, records)
             bad = any(map(_ERROR, values))  # at C speed: most batches have no error
@@ -239,13 +239,13 @@ def decode_segment(segment: Segment, detection: Detection, *,
     topic = detection.topic
     partition = segment.partition
     for item in decode_batches(segment, detection, limits=limits):
-        if isinstance(item, Finding):
+        if isinstance(item, LogFinding):
             yield _finding_record(topic, partition, item, None)
             continue
         header = item.header
         failures = iter(item.failed)  # one per record that did not decode, in order
         for record, decoded in zip(item.records, item.decoded, strict=True):
-            if isinstance(decoded, Finding):
+            if isinstance(decoded, LogFinding):
                 yield _finding_record(topic, partition, next(failures), header,
                                       record.offset, record.timestamp)
             elif isinstance(decoded, ControlRecord):
@@ -261,7 +261,7 @@ def decode_segment(segment: Segment, detection: Detection, *,
             yield _finding_record(topic, partition, finding, header)
 
 
-def _finding_record(topic: str | None, partition: int | None, finding: Finding,
+def _finding_record(topic: str | None, partition: int | None, finding: LogFinding,
                     header: BatchHeader | None, offset: int | None = None,
                     timestamp: int | None = None) -> DecodedRecord:
     return DecodedRecord(topic, partition, finding.offset if offset is None else offset,
@@ -309,7 +309,7 @@ def record_json(record: DecodedRecord) -> dict[str, Any]:
     }
 
 
-def finding_json(finding: Finding, topic: str | None, partition: int | None
+def finding_json(finding: LogFinding, topic: str | None, partition: int | None
                  ) -> dict[str, Any]:
     """The JSON-lines shape of a finding, the same for every command (`--findings`)."""
     return {

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from sharestate.coordinator.group_offsets import OffsetListener
 from sharestate.coordinator.group_replay import GroupCoordinatorReplay
-from sharestate.log import ControlRecord, Finding
+from sharestate.log import ControlRecord, LogFinding
 from sharestate.records.catalog import dialect
 from sharestate.records.segment import DecodedBatch
 from sharestate.replay.logs import END, AsOf, LogSource
@@ -22,13 +22,13 @@ class GroupLogResult:
     last_applied_offset: int | None = None
     last_applied_timestamp: int | None = None
     records: int = 0
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[LogFinding] = field(default_factory=list)
     """Every finding of the log read (up to the stop point), as `ShareLogResult`'s."""
 
 
 def replay_group_log(log: LogSource, *, as_of: AsOf = END,
                      listener: OffsetListener | None = None,
-                     observe: Callable[[DecodedBatch | Finding], None] | None = None
+                     observe: Callable[[DecodedBatch | LogFinding], None] | None = None
                      ) -> GroupLogResult:
     """Replay `log` up to `as_of` (default: its end); `observe` sees each batch before its
     records apply (not one whose first record is past the stop point)."""
@@ -44,7 +44,7 @@ class GroupReplay:
 
     def __init__(self, log: LogSource, *, as_of: AsOf = END,
                  listener: OffsetListener | None = None,
-                 observe: Callable[[DecodedBatch | Finding], None] | None = None) -> None:
+                 observe: Callable[[DecodedBatch | LogFinding], None] | None = None) -> None:
         names = list(log.dialects)
         self.result = GroupLogResult(log, GroupCoordinatorReplay(dialect(names[-1]), listener))
         self.as_of = as_of
@@ -54,11 +54,11 @@ class GroupReplay:
         result, as_of, observe = self.result, self.as_of, self.observe
         coordinator = result.coordinator
         for item in result.log.batches():
-            if observe is not None and (isinstance(item, Finding) or not item.records or not
+            if observe is not None and (isinstance(item, LogFinding) or not item.records or not
                                         as_of.passed(item.records[0].offset,
                                                      item.records[0].timestamp)):
                 observe(item)
-            if isinstance(item, Finding):
+            if isinstance(item, LogFinding):
                 result.findings.append(item)
                 yield None
                 continue
@@ -74,7 +74,7 @@ class GroupReplay:
                     if decoded.type in ("COMMIT", "ABORT"):
                         coordinator.end_transaction(header.producer_id,
                                                     decoded.type == "COMMIT", record.offset)
-                elif not isinstance(decoded, Finding):  # a bad one is in `item.failed`
+                elif not isinstance(decoded, LogFinding):  # a bad one is in `item.failed`
                     coordinator.replay(record.offset, header.producer_id, decoded,
                                        record.timestamp)
                 result.records += 1

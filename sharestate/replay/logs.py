@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
-from sharestate.log import DEFAULT_LIMITS, Finding, ReadLimits, Segment
+from sharestate.log import DEFAULT_LIMITS, LogFinding, ReadLimits, Segment
 from sharestate.records.detect import Detection
 from sharestate.records.segment import (
     DecodedBatch,
@@ -65,6 +65,10 @@ def parse_time(text: str) -> int:
     return int(moment.timestamp() * 1000)
 
 
+UNKNOWN_PARTITION = -1
+"""`state_partition` of a log whose path does not name its partition (a loose file)."""
+
+
 class LogSource(Protocol):
     """What replay needs of one topic-partition's log: where it is and its batches in order."""
 
@@ -82,7 +86,7 @@ class LogSource(Protocol):
         """The dialect of each part of the log, in log order."""
         ...
 
-    def batches(self) -> Iterator[DecodedBatch | Finding]: ...
+    def batches(self) -> Iterator[DecodedBatch | LogFinding]: ...
 
     def items(self) -> Iterator[LogItem]:
         """`batches()` with stretches of quiet batches gathered into `QuietRun`s."""
@@ -109,7 +113,7 @@ class PartitionLog:
     def dialects(self) -> tuple[str, ...]:
         return tuple(d.dialect for d in self.detections)
 
-    def batches(self) -> Iterator[DecodedBatch | Finding]:
+    def batches(self) -> Iterator[DecodedBatch | LogFinding]:
         """Every batch (or framing finding) of every segment, in log order."""
         for segment, detection in zip(self.segments, self.detections, strict=True):
             yield from decode_batches(segment, detection, limits=self.limits)
@@ -120,16 +124,16 @@ class PartitionLog:
 
 def partition_logs(segments: list[Segment], *, dialect: str | None = None,
                    topic: str | None = None, limits: ReadLimits = DEFAULT_LIMITS
-                   ) -> tuple[list[PartitionLog], list[Finding]]:
+                   ) -> tuple[list[PartitionLog], list[LogFinding]]:
     """Group `segments` into partition logs; detect each segment's topic and dialect. Also
     the findings of the segments whose topic is unknown (they belong to no log)."""
     logs: dict[tuple[str, object], PartitionLog] = {}
-    unknown: list[Finding] = []
+    unknown: list[LogFinding] = []
     for segment in segments:
         detection = detect_segment(segment, dialect_name=dialect, topic=topic, limits=limits)
         if detection.topic is None:
             unknown.extend(item for item in segment_batches(segment, detection, limits=limits)
-                           if isinstance(item, Finding))
+                           if isinstance(item, LogFinding))
             continue
         ident: object = segment.partition if segment.partition is not None else (
             segment.path.resolve().parent if segment.base_offset is not None else segment.path)

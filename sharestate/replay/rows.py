@@ -8,7 +8,6 @@ from typing import Any
 from sharestate.coordinator.expiry import forecast_expiry
 from sharestate.coordinator.group_offsets import CommittedOffset
 from sharestate.coordinator.group_replay import GroupCoordinatorReplay
-from sharestate.coordinator.shard import ShareShard
 from sharestate.coordinator.share_state import SNAPSHOT_TYPE, ShareKey, SharePartitionState
 from sharestate.records.catalog import SHARE_STATE_TOPIC, dialect
 from sharestate.replay.share_log import ShareLogResult
@@ -53,37 +52,6 @@ def has_delivery_complete_count(dialect_name: str) -> bool:
     """Whether share-state values of the dialect carry a delivery-complete count."""
     kind = dialect(dialect_name).kind(SHARE_STATE_TOPIC, SNAPSHOT_TYPE)
     return kind is not None and any(f.name == "DeliveryCompleteCount" for f in kind.value.fields)
-
-
-def holding_keys(shard: ShareShard) -> list[ShareKey]:
-    """The keys whose latest snapshot is the oldest: they hold the prune point back."""
-    offsets = {k: o for k in shard if (o := shard.last_snapshot_offset(k)) is not None}
-    if not offsets:
-        return []
-    oldest = min(offsets.values())
-    return sorted(k for k, o in offsets.items() if o == oldest)
-
-
-def prune_row(result: ShareLogResult) -> dict[str, Any]:
-    """One state-topic partition as `sharestate prune` prints it."""
-    shard = result.shard
-    holding = []
-    for key in holding_keys(shard):
-        state = shard.state(key)
-        holding.append({"group_id": key.group_id, "topic_id": key.topic_id,
-                        "partition": key.partition,
-                        "last_snapshot_offset": shard.last_snapshot_offset(key),
-                        "write_timestamp": state.write_timestamp if state else None})
-    return {
-        "topic": result.log.topic,
-        "partition": result.log.partition,
-        "prune_offset": shard.last_redundant_offset(),
-        "log_start_offset": result.log_start_offset,
-        "log_end_offset": result.log_end_offset,
-        "reclaimable_records": result.reclaimable_records,
-        "reclaimable_bytes": result.reclaimable_bytes,
-        "holding": holding,
-    }
 
 
 def offset_row(group: str, topic: str, partition: int, commit: CommittedOffset,

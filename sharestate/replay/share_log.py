@@ -9,8 +9,7 @@ the shard after every applied record, which is what the history table is built f
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from operator import attrgetter, sub
@@ -30,10 +29,11 @@ from sharestate.coordinator.share_state import (
     share_value,
     value_slots,
 )
-from sharestate.log import BatchHeader, ControlRecord, Finding, RawRecord
+from sharestate.log import BatchHeader, ControlRecord, LogFinding, RawRecord
 from sharestate.records.catalog import SHARE_STATE_TOPIC, dialect, dialect_names
 from sharestate.records.segment import Decoded, LogItem, QuietRun
 from sharestate.replay.logs import END, AsOf, LogSource
+from sharestate.replay.prune import PruneLedger
 
 History = Callable[[int, int, ShareKey, ShareShard], None]
 """Called after each applied data record: (offset, timestamp, key, shard)."""
@@ -51,45 +51,6 @@ Observer = Callable[[LogItem], None]
 batch whose first record is past the stop point is not read."""
 
 
-class PruneLedger:
-    """Records and bytes of the batches wholly below the (only rising) prune point.
-
-    The batches above it stay listed, (last offset, records, bytes) each, so `below` can
-    price any higher cut (a cold-partition snapshot's prune point) without another pass.
-    """
-
-    def __init__(self) -> None:
-        self.above: deque[tuple[int, int, int]] = deque()
-        self.records = 0
-        self.bytes = 0
-
-    def add(self, last_offset: int, records: int, size: int) -> None:
-        self.above.append((last_offset, records, size))
-
-    def extend(self, batches: Iterable[tuple[int, int, int]]) -> None:
-        """`add` for consecutive batches: (last offset, records, bytes) each."""
-        self.above.extend(batches)
-
-    def advance(self, prune_offset: int | None) -> None:
-        if prune_offset is None:
-            return
-        above = self.above
-        while above and above[0][0] < prune_offset:
-            _, records, size = above.popleft()
-            self.records += records
-            self.bytes += size
-
-    def below(self, offset: int) -> tuple[int, int]:
-        """(records, bytes) of the batches wholly below `offset` (>= the prune point)."""
-        records, size = self.records, self.bytes
-        for last_offset, count, batch_bytes in self.above:
-            if last_offset >= offset:
-                break
-            records += count
-            size += batch_bytes
-        return records, size
-
-
 @dataclass
 class ShareLogResult:
     """A replayed state-topic partition: the shard and what the log looked like."""
@@ -105,7 +66,7 @@ class ShareLogResult:
     bytes: int = 0
     reclaimable_records: int = 0
     reclaimable_bytes: int = 0
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[LogFinding] = field(default_factory=list)
     """Every finding of the log read (up to the stop point): `read_segment`'s, each batch's
     own and its records' (see `sharestate.records.segment`)."""
     ledger: PruneLedger = field(default_factory=PruneLedger, repr=False, compare=False)
@@ -183,7 +144,7 @@ class ShareReplay:
                     observe(item)
                 yield self._quiet_run(item, applier, context, slots)
                 continue
-            if isinstance(item, Finding):
+            if isinstance(item, LogFinding):
                 if observe is not None:
                     observe(item)
                 findings.append(item)
@@ -318,7 +279,7 @@ class _Applier:
         if isinstance(decoded, ControlRecord):
             if decoded.type in ("COMMIT", "ABORT"):
                 self.shard.end_transaction(header.producer_id, decoded.type == "COMMIT", offset)
-        elif isinstance(decoded, Finding) or decoded.error is not None \
+        elif isinstance(decoded, LogFinding) or decoded.error is not None \
                 or decoded.kind is None or decoded.key is None:
             return
         else:

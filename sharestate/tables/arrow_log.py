@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sharestate import native
-from sharestate.log import BatchHeader, ControlRecord, Finding, RawRecord, parse_control
+from sharestate.log import BatchHeader, ControlRecord, LogFinding, RawRecord, parse_control
 from sharestate.records import segment
 from sharestate.records.catalog import Dialect, dialect
 from sharestate.records.keyvalue import KeyValue, decode_key_values
@@ -101,7 +101,7 @@ class _Chunk:
 
     headers: list[BatchHeader]
     records: list[RawRecord]
-    decoded: list[KeyValue | ControlRecord | Finding]
+    decoded: list[KeyValue | ControlRecord | LogFinding]
     starts: np.ndarray
     ends: np.ndarray
     quiet: np.ndarray
@@ -166,7 +166,7 @@ def _chunk(data: pa.RecordBatch, starts: np.ndarray, schemas: Dialect, topic: st
         repeat(False, count)))
     records = records_of(offsets, timestamps, data.column("key"), data.column("value"))
     control = _flags(data, "is_control", take)
-    items: list[KeyValue | ControlRecord | Finding]
+    items: list[KeyValue | ControlRecord | LogFinding]
     if control.any():
         bounds = list(zip(starts.tolist(), ends.tolist(), strict=True))
         decoded = iter(decode_key_values(schemas, topic, [

@@ -27,7 +27,7 @@ from sharestate.log import (
     DEFAULT_LIMITS,
     Batch,
     ControlRecord,
-    Finding,
+    LogFinding,
     RawRecord,
     ReadLimits,
     Segment,
@@ -158,7 +158,7 @@ class _Chunk:
             for j, item in enumerate(decoded):
                 if isinstance(item, ControlRecord):
                     self.controls[first + j] = (item.type, item.coordinator_epoch)
-                elif isinstance(item, Finding):
+                elif isinstance(item, LogFinding):
                     self.row_findings[first + j] = (item.kind, item.message, item.raw)
 
     def _add_decoded(self, records: list[Any], decoded: list[KeyValue]) -> None:
@@ -176,7 +176,7 @@ class _Chunk:
                     raw = record.value if record.value is not None else record.key
                     self.row_findings[first + j] = (error.kind, error.message, raw)
 
-    def add_finding(self, finding: Finding, header: Any = None) -> None:
+    def add_finding(self, finding: LogFinding, header: Any = None) -> None:
         """A finding that is not a record: garbage, truncation, a bad batch."""
         row: dict[str, Any] = {"offset": finding.offset, "row_kind": "finding",
                                "finding_kind": finding.kind,
@@ -277,13 +277,13 @@ def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
     staged = 0  # rows in `chunk` (the clean records are not in it yet)
     for item in segment_batches(segment, detection, start=split.start, end=split.end,
                                 limits=limits):
-        if not (isinstance(item, Finding) or item.header.is_control or item.findings):
+        if not (isinstance(item, LogFinding) or item.header.is_control or item.findings):
             clean.append(item)
             records.extend(item.records)
         else:
             if clean:
                 add_clean()
-            if isinstance(item, Finding):
+            if isinstance(item, LogFinding):
                 chunk.add_finding(item)
             else:
                 chunk.add_batch(item, (

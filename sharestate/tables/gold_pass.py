@@ -27,12 +27,12 @@ import pyarrow.compute as pc
 
 from sharestate.analytics.audit import ShareAuditor, TransactionAuditor, shard_finding_rows
 from sharestate.analytics.offsets import OffsetHistory
-from sharestate.analytics.prune import prune_recommendation
 from sharestate.coordinator.shard import KAFKA
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.replay.group_log import replay_group_log
 from sharestate.replay.logs import END, AsOf
+from sharestate.replay.prune import prune_recommendation
 from sharestate.replay.share_log import HistoryEntry, ShareReplay
 from sharestate.tables.arrow_log import ArrowLog
 from sharestate.tables.gold import history_batch, state_batch

@@ -9,12 +9,12 @@ import sys
 import threading
 from typing import Any
 
-from sharestate import arguments, exit_codes
+from sharestate import __version__, arguments, exit_codes
+from sharestate.cluster.kafka_options import KAFKA_SCHEME
 from sharestate.coordinator.expiry import DEFAULT_RETENTION_MINUTES
 from sharestate.coordinator.shard import KAFKA, SEMANTICS
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
 
-KAFKA_SCHEME = "kafka://"
 DEFAULT_LISTEN = "127.0.0.1:8080"
 
 
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         service = start(options, args.listen,
                         ReplayOptions(args.dialect, args.semantics,
                                       args.snapshot_update_records),
-                        retention_minutes=args.retention_minutes, version=_version())
+                        retention_minutes=args.retention_minutes, version=__version__)
     except (KafkaSourceError, OSError) as exc:
         print(f"sharestate: error: {options.redact(str(exc))}", file=sys.stderr)
         return exit_codes.USAGE
@@ -97,12 +97,3 @@ def run(args: argparse.Namespace) -> int:
     stop.wait()
     service.close()
     return exit_codes.OK
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("sharestate")
-    except PackageNotFoundError:
-        return "0"

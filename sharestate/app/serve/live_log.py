@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from sharestate.coordinator.shard import KAFKA
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
-from sharestate.log import Finding
+from sharestate.log import LogFinding
 from sharestate.records.catalog import SHARE_STATE_TOPIC
 from sharestate.records.detect import detect
 from sharestate.records.keyvalue import KeyValue
@@ -70,7 +70,7 @@ class LiveLog:
     def dialects(self) -> tuple[str, ...]:
         return (self.dialect,)
 
-    def batches(self) -> Iterator[DecodedBatch | Finding]:
+    def batches(self) -> Iterator[DecodedBatch | LogFinding]:
         for item in self.items():
             if isinstance(item, QuietRun):
                 yield from item.batches()
@@ -100,7 +100,7 @@ class LiveLog:
             for batch in item.batches():
                 yield from self._with_failures(batch)
             return
-        if isinstance(item, Finding):
+        if isinstance(item, LogFinding):
             yield item
             return
         failed = tuple(f for r, d in zip(item.records, item.decoded, strict=True)

@@ -12,11 +12,11 @@ from typing import Any
 
 from sharestate.analytics.context import StateContext, live_states
 from sharestate.analytics.lag import LIVE, EndOffsets, lag_rows, topic_names
-from sharestate.analytics.prune import prune_recommendation
 from sharestate.analytics.redelivery import redelivery_rows
 from sharestate.app.serve.live_log import PartitionReplay, ReplayOptions
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.records.segment import finding_json
+from sharestate.replay.prune import prune_recommendation
 from sharestate.replay.rows import offset_rows, state_row
 from sharestate.replay.share_log import ShareLogResult
 

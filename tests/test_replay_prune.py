@@ -1,4 +1,4 @@
-"""Prune recommendations with the cold-partition snapshot what-if (`sharestate.analytics.prune`)."""
+"""Prune recommendations with the cold-partition snapshot what-if (`sharestate.replay.prune`)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 
 from conftest import conformance_dir
 
-from sharestate.analytics.prune import prune_recommendation
 from sharestate.log import discover
 from sharestate.replay.logs import AsOf, partition_logs
-from sharestate.replay.share_log import PruneLedger, replay_share_log
+from sharestate.replay.prune import PruneLedger, prune_recommendation
+from sharestate.replay.share_log import replay_share_log
 from sharestate.tables.spec import table
 
 
