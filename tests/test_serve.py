@@ -11,24 +11,21 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 from conftest import conformance_dir
+from mock_cluster import Cluster, data_records, eventually, mock_cluster
+from mock_cluster import get as get_from
 from prometheus_client.parser import text_string_to_metric_families
 
 from sharestate.app.cli import main
 from sharestate.app.serve.live_log import ReplayOptions
 from sharestate.app.serve.service import Service, start
 from sharestate.cluster import parse_options
-from sharestate.log import RawRecord, read_batches
+from sharestate.log import RawRecord
 from sharestate.log.builder import SegmentWriter, build_batch
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 
@@ -40,42 +37,25 @@ GARBAGE = (b"\x00\x63garbage-key", b"\x00\x01not-a-value")  # record type 99: un
 
 def fixture_records(name: str) -> list[RawRecord]:
     """The fixture's data records, offsets renumbered from 0 (as a fresh topic holds them)."""
-    with (conformance_dir("kafka-4.4-dev") / name).open("rb") as segment:
-        records = [r for batch in read_batches(segment)
-                   if hasattr(batch, "records") and not batch.header.is_control
-                   for r in batch.records]
+    records = data_records(conformance_dir("kafka-4.4-dev") / name)
     return [r._replace(offset=i, sequence=-1) for i, r in enumerate(records)]
 
 
-@dataclass
-class Cluster:
-    bootstrap: str
-    records: dict[str, list[RawRecord]]
-    producer: Producer
-    cluster: Producer  # holds the mock cluster: it lives as long as this client
-
-    def produce(self, topic: str, records: list[RawRecord], partition: int = 0) -> None:
-        for record in records:
-            self.producer.produce(topic, key=record.key, value=record.value,
-                                  partition=partition, timestamp=record.timestamp)
-        assert self.producer.flush(30) == 0
+@pytest.fixture(scope="module")
+def records() -> dict[str, list[RawRecord]]:
+    return {topic: fixture_records(name) for topic, name in FIXTURES.items()}
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    mock = Producer({"test.mock.num.brokers": 1})
-    brokers = mock.list_topics(timeout=10).brokers.values()
-    bootstrap = ",".join(f"{b.host}:{b.port}" for b in brokers)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    records = {topic: fixture_records(name) for topic, name in FIXTURES.items()}
-    yield Cluster(bootstrap, records, producer, mock)
+def cluster() -> Cluster:
+    return mock_cluster()
 
 
 @pytest.fixture(scope="module")
-def service(cluster: Cluster) -> Iterator[Service]:
+def service(cluster: Cluster, records: dict[str, list[RawRecord]]) -> Iterator[Service]:
     """Serving after two thirds of each topic's records were written (the rest come later)."""
-    for topic, records in cluster.records.items():
-        cluster.produce(topic, records[:len(records) * 2 // 3])
+    for topic, written in records.items():
+        cluster.produce(topic, written[:len(written) * 2 // 3])
     options = parse_options({"bootstrap.servers": cluster.bootstrap, "timeoutMs": "10000"},
                             env={"SHARESTATE_KAFKA_SASL_PASSWORD": PASSWORD})
     running = start(options, ("127.0.0.1", 0), ReplayOptions(), retention_minutes=10080,
@@ -85,21 +65,7 @@ def service(cluster: Cluster) -> Iterator[Service]:
 
 
 def get(service: Service, path: str) -> tuple[int, Any]:
-    host, port = service.address
-    try:
-        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=10) as answer:
-            body = answer.read().decode()
-            status = answer.status
-    except urllib.error.HTTPError as error:
-        body, status = error.read().decode(), error.code
-    return status, body if path == "/metrics" else json.loads(body)
-
-
-def eventually(check: Callable[[], bool], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
+    return get_from(service.address, path)
 
 
 def offline(tmp_path: Path, command: str, records: dict[str, list[RawRecord]]
@@ -116,21 +82,21 @@ def offline(tmp_path: Path, command: str, records: dict[str, list[RawRecord]]
 
 
 def test_serves_what_the_offline_commands_answer_also_for_records_arriving_later(
-        cluster: Cluster, service: Service, tmp_path: Path) -> None:
+        cluster: Cluster, records: dict[str, list[RawRecord]], service: Service,
+        tmp_path: Path) -> None:
     eventually(lambda: get(service, "/readyz")[0] == 200)
     assert get(service, "/healthz") == (200, {"status": "up"})
-    early = {topic: records[:len(records) * 2 // 3]
-             for topic, records in cluster.records.items()}
+    early = {topic: written[:len(written) * 2 // 3] for topic, written in records.items()}
     assert get(service, "/v1/share-partitions")[1] == offline(tmp_path / "early", "state", early)
-    for topic, records in cluster.records.items():
-        cluster.produce(topic, records[len(records) * 2 // 3:])
-    expected = offline(tmp_path, "state", cluster.records)
+    for topic, written in records.items():
+        cluster.produce(topic, written[len(written) * 2 // 3:])
+    expected = offline(tmp_path, "state", records)
     assert expected
     eventually(lambda: get(service, "/v1/share-partitions")[1] == expected)
     group = expected[0]["group_id"]
     assert get(service, f"/v1/share-partitions?group={group}")[1] == [
         row for row in expected if row["group_id"] == group]
-    offsets = offline(tmp_path, "offsets", cluster.records)
+    offsets = offline(tmp_path, "offsets", records)
     assert offsets
     eventually(lambda: get(service, "/v1/consumer-group-offsets")[1] == offsets)
     unknown = [(f["topic"], f["offset"], f["kind"]) for f in get(service, "/v1/findings")[1]]
@@ -139,7 +105,7 @@ def test_serves_what_the_offline_commands_answer_also_for_records_arriving_later
 
 
 def test_analytics_endpoints_and_metrics_cover_every_share_partition(
-        cluster: Cluster, service: Service, tmp_path: Path) -> None:
+        records: dict[str, list[RawRecord]], service: Service, tmp_path: Path) -> None:
     eventually(lambda: get(service, "/readyz")[0] == 200)
     states = get(service, "/v1/share-partitions")[1]
     keys = {(s["group_id"], s["topic_id"], s["partition"]) for s in states}
@@ -147,7 +113,7 @@ def test_analytics_endpoints_and_metrics_cover_every_share_partition(
     assert {(r["group_id"], r["topic_id"], r["partition"]) for r in lag} == keys
     assert {r["start_offset"] for r in lag} == {s["start_offset"] for s in states}
     prune = get(service, "/v1/prune")[1]
-    expected = offline(tmp_path, "prune", cluster.records)
+    expected = offline(tmp_path, "prune", records)
     assert [(r["state_partition"], r["prune_offset"], r["log_start_offset"],
              [h["last_snapshot_offset"] for h in r["holding"]]) for r in prune] == [
         (e["partition"], e["prune_offset"], e["log_start_offset"],
@@ -167,9 +133,9 @@ def test_analytics_endpoints_and_metrics_cover_every_share_partition(
 
 
 def test_a_record_that_does_not_decode_is_a_finding_and_the_rest_applies(
-        cluster: Cluster, service: Service) -> None:
+        cluster: Cluster, records: dict[str, list[RawRecord]], service: Service) -> None:
     eventually(lambda: get(service, "/readyz")[0] == 200)
-    good = cluster.records[SHARE_STATE_TOPIC][0]
+    good = records[SHARE_STATE_TOPIC][0]
     bad = RawRecord(0, good.timestamp, -1, GARBAGE[0], GARBAGE[1], ())
     cluster.produce(SHARE_STATE_TOPIC, [good, bad, good], partition=1)
 

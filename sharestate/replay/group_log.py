@@ -40,13 +40,21 @@ def replay_group_log(log: LogSource, *, as_of: AsOf = END,
 
 class GroupReplay:
     """`replay_group_log` as steps (one per batch read): `result` is current between steps
-    and complete when the iteration ends (what a replay that follows a live log reads)."""
+    and complete when the iteration ends (what a replay that follows a live log reads).
+    `resume` continues an earlier replay of the same log from the result it left between
+    two steps (a checkpoint), over `log`, which starts where that one stopped."""
 
     def __init__(self, log: LogSource, *, as_of: AsOf = END,
                  listener: OffsetListener | None = None,
-                 observe: Callable[[DecodedBatch | LogFinding], None] | None = None) -> None:
-        names = list(log.dialects)
-        self.result = GroupLogResult(log, GroupCoordinatorReplay(dialect(names[-1]), listener))
+                 observe: Callable[[DecodedBatch | LogFinding], None] | None = None,
+                 resume: GroupLogResult | None = None) -> None:
+        if resume is None:
+            names = list(log.dialects)
+            self.result = GroupLogResult(log, GroupCoordinatorReplay(dialect(names[-1]),
+                                                                     listener))
+        else:  # the same log, continued from where an earlier replay of it stopped
+            resume.log = log
+            self.result = resume
         self.as_of = as_of
         self.observe = observe
 

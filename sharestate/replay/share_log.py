@@ -108,17 +108,24 @@ class ShareReplay:
 
     Each step yields the history entries of one batch (empty unless `collect_history`),
     so a caller can turn them into output between batches; `result` is complete when the
-    iteration ends.
+    iteration ends. `resume`, a result an earlier replay of the same log left between two
+    steps (a checkpoint of the live service), continues that replay over `log`, which
+    starts where it stopped; its semantics and rules are kept.
     """
 
     def __init__(self, log: LogSource, *, as_of: AsOf = END, semantics: str = KAFKA,
                  snapshot_update_records_per_snapshot: int = (
                      DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT),
                  history: History | None = None, collect_history: bool = False,
-                 observe: Observer | None = None) -> None:
-        shard = ShareShard(rules_of(log, snapshot_update_records_per_snapshot), semantics)
+                 observe: Observer | None = None, resume: ShareLogResult | None = None
+                 ) -> None:
         self.log = log
-        self.result = ShareLogResult(log, shard, as_of)
+        if resume is None:
+            shard = ShareShard(rules_of(log, snapshot_update_records_per_snapshot), semantics)
+            self.result = ShareLogResult(log, shard, as_of)
+        else:  # the same log, continued from where an earlier replay of it stopped
+            resume.log = log
+            self.result = resume
         self.history = history
         self.collect_history = collect_history
         self.observe = observe

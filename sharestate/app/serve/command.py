@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from sharestate import __version__, arguments, exit_codes
@@ -14,8 +15,11 @@ from sharestate.cluster.kafka_options import KAFKA_SCHEME
 from sharestate.coordinator.expiry import DEFAULT_RETENTION_MINUTES
 from sharestate.coordinator.shard import KAFKA, SEMANTICS
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
+from sharestate.locations import location
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
+CHECKPOINT_RECORDS = 1_000_000
+CHECKPOINT_SECONDS = 60.0
 
 
 def listen_address(text: str) -> tuple[str, int]:
@@ -53,12 +57,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--retention-minutes", type=arguments.retention_minutes,
                         default=DEFAULT_RETENTION_MINUTES,
                         help="offsets.retention.minutes for the expiry forecast")
+    parser.add_argument("--checkpoint-dir", type=location, metavar="DIR",
+                        help="write checkpoints here and resume from the last one at start "
+                             "(default: none, every start replays from the log start)")
+    parser.add_argument("--checkpoint-records", type=arguments.count, metavar="N",
+                        help=f"checkpoint after N records applied (default "
+                             f"{CHECKPOINT_RECORDS})")
+    parser.add_argument("--checkpoint-seconds", type=arguments.seconds, metavar="SECONDS",
+                        help=f"checkpoint after this long when anything was read (default "
+                             f"{CHECKPOINT_SECONDS:g})")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until SIGTERM or SIGINT (exit 0); exit 2 when the cluster cannot be read."""
+    """Serve until SIGTERM or SIGINT (exit 0); exit 2 when the cluster cannot be read or
+    the checkpoint directory cannot be used (another service holds it, or its checkpoint
+    was written for another cluster or other replay settings)."""
+    from sharestate.app.serve.checkpoint import CheckpointRefused
     from sharestate.app.serve.live_log import ReplayOptions
-    from sharestate.app.serve.service import start
+    from sharestate.app.serve.service import CheckpointOptions, start
     from sharestate.cluster import (
         KafkaOptionError,
         KafkaSourceError,
@@ -66,6 +82,11 @@ def run(args: argparse.Namespace) -> int:
         parse_options,
     )
 
+    for flag, value in (("--checkpoint-records", args.checkpoint_records),
+                        ("--checkpoint-seconds", args.checkpoint_seconds)):
+        if value is not None and args.checkpoint_dir is None:
+            print(f"sharestate: error: {flag} needs --checkpoint-dir", file=sys.stderr)
+            return exit_codes.USAGE
     try:
         extra = arguments.key_values(args.kafka_option, "--kafka-option")
         options = parse_options({"bootstrap.servers": args.source,
@@ -81,8 +102,13 @@ def run(args: argparse.Namespace) -> int:
         service = start(options, args.listen,
                         ReplayOptions(args.dialect, args.semantics,
                                       args.snapshot_update_records),
-                        retention_minutes=args.retention_minutes, version=__version__)
-    except (KafkaSourceError, OSError) as exc:
+                        retention_minutes=args.retention_minutes, version=__version__,
+                        checkpoints=None if args.checkpoint_dir is None else CheckpointOptions(
+                            Path(args.checkpoint_dir),
+                            args.checkpoint_records or CHECKPOINT_RECORDS,
+                            CHECKPOINT_SECONDS if args.checkpoint_seconds is None
+                            else args.checkpoint_seconds))
+    except (KafkaSourceError, CheckpointRefused, OSError) as exc:
         print(f"sharestate: error: {options.redact(str(exc))}", file=sys.stderr)
         return exit_codes.USAGE
     host, port = service.address

@@ -12,6 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from sharestate.app.serve.checkpoint import Checkpointer
 from sharestate.app.serve.metrics import registry
 from sharestate.app.serve.openapi import document
 from sharestate.app.serve.state import LiveState
@@ -36,9 +37,10 @@ def _group(path: str, query: dict[str, list[str]]) -> str | None:
 
 
 def make_server(listen: tuple[str, int], state: LiveState, version: str,
-                reader_failure: Callable[[], str | None]) -> ThreadingHTTPServer:
+                reader_failure: Callable[[], str | None],
+                checkpointer: Checkpointer | None = None) -> ThreadingHTTPServer:
     """A server (not yet serving) for `state` on `listen`."""
-    metrics = registry(state)
+    metrics = registry(state, checkpointer)
     spec = json.dumps(document(version)).encode()
 
     class Handler(BaseHTTPRequestHandler):

@@ -129,6 +129,16 @@ class Progress:
 
 
 @dataclass
+class PartitionCheckpoint:
+    """What a checkpoint keeps of one partition: how far it was read and, once its replay
+    started, the dialect it was read with and the replay's result (its log left out)."""
+
+    progress: Progress
+    dialect: str | None = None
+    result: ShareLogResult | GroupLogResult | None = None
+
+
+@dataclass
 class ReplayOptions:
     """How the replays run: a pinned dialect (None: detect), semantics, Kafka's config."""
 
@@ -140,7 +150,7 @@ class ReplayOptions:
 @dataclass
 class PartitionReplay:
     """The replay of one internal-topic partition: started by its first chunk (which
-    tells its dialect), then fed until `stop`."""
+    tells its dialect) or restored from a checkpoint, then fed until `stop`."""
 
     topic: str
     partition: int
@@ -160,22 +170,40 @@ class PartitionReplay:
                 with self.lock:
                     self.progress.reached(chunk)
                 return
-            self._start(chunk)
+            sample = zip(chunk.column("key").to_pylist()[:DETECT_SAMPLE],
+                         chunk.column("value").to_pylist()[:DETECT_SAMPLE], strict=True)
+            self._start(detect(sample, topic=self.topic,
+                               dialect_name=self.options.dialect).dialect)
         assert self.log is not None
         self.log.chunks.put(chunk)
 
-    def _start(self, first: pa.RecordBatch) -> None:
-        sample = zip(first.column("key").to_pylist()[:DETECT_SAMPLE],
-                     first.column("value").to_pylist()[:DETECT_SAMPLE], strict=True)
-        found = detect(sample, topic=self.topic, dialect_name=self.options.dialect)
-        self.log = LiveLog(self.topic, self.partition, found.dialect, self.lock, self.progress)
+    def checkpoint(self) -> PartitionCheckpoint:
+        """This partition as a checkpoint keeps it (call under the lock, between chunks)."""
+        result = self.share_result or self.group_result
+        if self.log is None or result is None:
+            return PartitionCheckpoint(self.progress)
+        return PartitionCheckpoint(self.progress, self.log.dialect, result)
+
+    def restore(self, saved: PartitionCheckpoint) -> None:
+        """Continue from `saved` (before anything is fed): the next chunk is the record at
+        its position."""
+        self.progress = saved.progress
+        if saved.dialect is not None and saved.result is not None:
+            self._start(saved.dialect, saved.result)
+
+    def _start(self, dialect: str, resume: ShareLogResult | GroupLogResult | None = None
+               ) -> None:
+        self.log = LiveLog(self.topic, self.partition, dialect, self.lock, self.progress)
         if self.topic == SHARE_STATE_TOPIC:
+            assert resume is None or isinstance(resume, ShareLogResult)
             self.share = ShareReplay(self.log, semantics=self.options.semantics,
                                      snapshot_update_records_per_snapshot=(
-                                         self.options.snapshot_update_records_per_snapshot))
+                                         self.options.snapshot_update_records_per_snapshot),
+                                     resume=resume)
             steps: Iterator[object] = self.share.steps()
         else:
-            self.group = GroupReplay(self.log)
+            assert resume is None or isinstance(resume, GroupLogResult)
+            self.group = GroupReplay(self.log, resume=resume)
             steps = self.group.steps()
         self.thread = threading.Thread(target=self._run, args=(steps,),
                                        name=f"replay-{self.log.name}", daemon=True)

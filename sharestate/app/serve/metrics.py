@@ -9,6 +9,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from sharestate.analytics.context import live_states
 from sharestate.analytics.lag import ARCHIVED, LIVE, share_lag
+from sharestate.app.serve.checkpoint import Checkpointer
 from sharestate.app.serve.state import LiveState
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 
@@ -102,8 +103,30 @@ class StateCollector(Collector):
         yield from (prune, reclaim, committed, group_lag, applied, errors, behind, stamp)
 
 
-def registry(state: LiveState) -> CollectorRegistry:
+class CheckpointCollector(Collector):
+    """The checkpoints: when the last was written, its size, how long it took, failures."""
+
+    def __init__(self, checkpointer: Checkpointer) -> None:
+        self.checkpointer = checkpointer
+
+    def collect(self) -> Iterator[Metric]:
+        writer = self.checkpointer
+        if writer.written is not None:
+            yield GaugeMetricFamily("sharestate_serve_checkpoint_last_written_timestamp_seconds",
+                                    "When the last checkpoint was written", value=writer.written)
+            yield GaugeMetricFamily("sharestate_serve_checkpoint_bytes",
+                                    "Size of the last checkpoint", value=writer.size)
+            yield GaugeMetricFamily("sharestate_serve_checkpoint_write_seconds",
+                                    "How long writing the last checkpoint took",
+                                    value=writer.took)
+        yield CounterMetricFamily("sharestate_serve_checkpoint_failures",
+                                  "Checkpoint writes that failed", value=writer.failures)
+
+
+def registry(state: LiveState, checkpointer: Checkpointer | None = None) -> CollectorRegistry:
     """A registry holding only the service's own metrics."""
     found = CollectorRegistry(auto_describe=False)
     found.register(StateCollector(state))
+    if checkpointer is not None:
+        found.register(CheckpointCollector(checkpointer))
     return found

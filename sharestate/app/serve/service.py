@@ -1,16 +1,27 @@
-"""Wiring: the cluster's partitions, their replays, the tailer and the HTTP server."""
+"""Wiring: the cluster's partitions, their replays (fresh or from a checkpoint), the tailer,
+the checkpoints and the HTTP server."""
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
+from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException
 
+from sharestate.app.serve.checkpoint import (
+    Checkpointer,
+    CheckpointRefused,
+    CheckpointStore,
+    CheckpointUnusable,
+    Restored,
+    Settings,
+)
 from sharestate.app.serve.http import make_server
-from sharestate.app.serve.live_log import ReplayOptions
+from sharestate.app.serve.live_log import PartitionCheckpoint, ReplayOptions
 from sharestate.app.serve.state import LiveState
 from sharestate.app.serve.tailer import Tailer, watermarks
 from sharestate.cluster import KafkaReadOptions, KafkaSourceError, fetch_topic_ends
@@ -18,15 +29,28 @@ from sharestate.log.discovery import INTERNAL_TOPICS
 
 LOG = logging.getLogger("sharestate.serve")
 
+Where = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class CheckpointOptions:
+    """Where checkpoints go and how often: every `records` records or `seconds` seconds."""
+
+    directory: Path
+    records: int
+    seconds: float
+
 
 @dataclass
 class Service:
-    """A running service: `close()` stops the server, the tailer and the replays."""
+    """A running service: `close()` stops the server, the tailer and the replays, then
+    writes a last checkpoint."""
 
     state: LiveState
     tailer: Tailer
     server: ThreadingHTTPServer
     thread: threading.Thread
+    checkpointer: Checkpointer | None = None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -38,29 +62,97 @@ class Service:
         self.server.server_close()
         self.tailer.stop()
         self.state.stop()
+        if self.checkpointer is not None:
+            self.checkpointer.close()
 
 
 def start(options: KafkaReadOptions, listen: tuple[str, int], replay: ReplayOptions,
-          *, retention_minutes: int, version: str) -> Service:
-    """Plan the partitions from the cluster, start reading them and serve on `listen`."""
+          *, retention_minutes: int, version: str,
+          checkpoints: CheckpointOptions | None = None) -> Service:
+    """Plan the partitions from the cluster, resume from the checkpoint if there is one,
+    start reading and serve on `listen`. Raises KafkaSourceError when the cluster cannot
+    be read, CheckpointRefused when the checkpoint directory cannot be used."""
     timeout = options.timeout_ms / 1000
     try:
         probe = Consumer(options.client_config("sharestate-serve-planner"))
         try:
-            ends = watermarks(probe, INTERNAL_TOPICS, timeout)
+            cluster_id, ranges = watermarks(probe, INTERNAL_TOPICS, timeout)
         finally:
             probe.close()
     except KafkaException as exc:
         raise KafkaSourceError(options.redact(f"cannot read the internal topics' end offsets "
                                               f"from {options.bootstrap_servers}: {exc}")
                                ) from None
-    state = LiveState(sorted(ends), ends, replay, lambda: fetch_topic_ends(options),
-                      retention_minutes)
-    tailer = Tailer(options, state.replays)
-    server = make_server(listen, state, version, lambda: tailer.failure)
+    store: CheckpointStore | None = None
+    restored: dict[Where, PartitionCheckpoint] = {}
+    if checkpoints is not None:
+        store = CheckpointStore(checkpoints.directory, Settings(
+            cluster_id, replay.semantics, replay.dialect,
+            replay.snapshot_update_records_per_snapshot))
+        store.lock()
+        try:
+            restored = _resumable(store.load(), ranges)
+        except CheckpointUnusable as exc:
+            LOG.warning("%s: replaying from the log start", exc)
+        except CheckpointRefused:
+            store.close()
+            raise
+    try:
+        return _serve(options, listen, replay, ranges, restored, store, checkpoints,
+                      retention_minutes=retention_minutes, version=version)
+    except BaseException:
+        if store is not None:
+            store.close()
+        raise
+
+
+def _serve(options: KafkaReadOptions, listen: tuple[str, int], replay: ReplayOptions,
+           ranges: Mapping[Where, tuple[int, int]], restored: dict[Where, PartitionCheckpoint],
+           store: CheckpointStore | None, checkpoints: CheckpointOptions | None, *,
+           retention_minutes: int, version: str) -> Service:
+    ends = {where: high for where, (_, high) in ranges.items()}
+    state = LiveState(sorted(ranges), ends, replay, lambda: fetch_topic_ends(options),
+                      retention_minutes, restored)
+    tailer = Tailer(options, state.replays,
+                    {where: saved.progress.position for where, saved in restored.items()})
+    checkpointer = None if store is None or checkpoints is None else Checkpointer(
+        store, state, records=checkpoints.records, seconds=checkpoints.seconds,
+        version=version)
+    server = make_server(listen, state, version, lambda: tailer.failure, checkpointer)
     tailer.start()
+    if checkpointer is not None:
+        checkpointer.start()
     thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     thread.start()
-    LOG.info("reading %d partitions of %s from %s", len(ends), ", ".join(INTERNAL_TOPICS),
+    LOG.info("reading %d partitions of %s from %s", len(ranges), ", ".join(INTERNAL_TOPICS),
              options.redact(options.bootstrap_servers))
-    return Service(state, tailer, server, thread)
+    return Service(state, tailer, server, thread, checkpointer)
+
+
+def _resumable(loaded: Restored | None, ranges: Mapping[Where, tuple[int, int]]
+               ) -> dict[Where, PartitionCheckpoint]:
+    """The partitions of a checkpoint that can go on from their position: one the cluster
+    no longer has, whose log now ends before the position (the topic was recreated) or
+    starts after it (records were deleted since) is replayed from its log start."""
+    if loaded is None:
+        return {}
+    resumed: dict[Where, PartitionCheckpoint] = {}
+    for where, saved in sorted(loaded.partitions.items()):
+        name, position = f"{where[0]}-{where[1]}", saved.progress.position
+        if where not in ranges:
+            LOG.warning("checkpoint: %s is not in the cluster any more", name)
+            continue
+        low, high = ranges[where]
+        if position > high:
+            LOG.warning("checkpoint: %s was read up to offset %d but its log ends at %d "
+                        "(recreated?): replaying it from the log start", name, position, high)
+        elif position < low:
+            LOG.warning("checkpoint: %s was read up to offset %d but its log now starts at "
+                        "%d: replaying it from the log start", name, position, low)
+        else:
+            resumed[where] = saved
+    LOG.info("resuming from checkpoint written %s: %d records applied; %d of %d partitions "
+             "go on from their position", loaded.header.get("written"),
+             sum(saved.progress.records for saved in resumed.values()), len(resumed),
+             len(loaded.partitions))
+    return resumed

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from sharestate.analytics.context import StateContext, live_states
 from sharestate.analytics.lag import LIVE, EndOffsets, lag_rows, topic_names
 from sharestate.analytics.redelivery import redelivery_rows
-from sharestate.app.serve.live_log import PartitionReplay, ReplayOptions
+from sharestate.app.serve.live_log import PartitionCheckpoint, PartitionReplay, ReplayOptions
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.records.segment import finding_json
 from sharestate.replay.prune import prune_recommendation
@@ -42,10 +42,13 @@ class LiveState:
 
     def __init__(self, partitions: list[tuple[str, int]], start_ends: dict[tuple[str, int], int],
                  options: ReplayOptions, end_offsets: Callable[[], EndOffsets],
-                 retention_minutes: int) -> None:
+                 retention_minutes: int,
+                 restored: Mapping[tuple[str, int], PartitionCheckpoint] | None = None) -> None:
         self.lock = threading.Lock()
         self.replays = {where: PartitionReplay(*where, self.lock, options)
                         for where in sorted(partitions)}
+        for where, saved in (restored or {}).items():
+            self.replays[where].restore(saved)
         self.start_ends = start_ends
         self.fetch_end_offsets = end_offsets
         self.retention_minutes = retention_minutes
@@ -61,6 +64,18 @@ class LiveState:
             behind = sum(max(end - self.replays[where].progress.position, 0)
                          for where, end in self.start_ends.items())
         return Readiness(behind == 0, behind, len(self.replays))
+
+    def positions(self) -> dict[tuple[str, int], int]:
+        """The next offset to read of each partition (call under the lock)."""
+        return {where: replay.progress.position for where, replay in self.replays.items()}
+
+    def records_applied(self) -> int:
+        """Records applied over all partitions (call under the lock)."""
+        return sum(replay.progress.records for replay in self.replays.values())
+
+    def checkpoint(self) -> dict[tuple[str, int], PartitionCheckpoint]:
+        """Every partition as a checkpoint keeps it (call under the lock)."""
+        return {where: replay.checkpoint() for where, replay in self.replays.items()}
 
     def failure(self) -> str | None:
         """Why a replay thread died (an internal error), if one did."""

@@ -28,18 +28,19 @@ Partitions = Mapping[tuple[str, int], PartitionReplay]
 
 
 def watermarks(consumer: Consumer, topics: tuple[str, ...], timeout_s: float
-               ) -> dict[tuple[str, int], int]:
-    """The high watermark of every partition of `topics` (absent topics have none)."""
-    ends: dict[tuple[str, int], int] = {}
-    metadata = consumer.list_topics(timeout=timeout_s).topics
+               ) -> tuple[str, dict[tuple[str, int], tuple[int, int]]]:
+    """The cluster's id and the (low, high) watermarks of every partition of `topics`
+    (absent topics have none)."""
+    ranges: dict[tuple[str, int], tuple[int, int]] = {}
+    metadata = consumer.list_topics(timeout=timeout_s)
     for topic in topics:
-        if topic not in metadata or metadata[topic].error is not None:
+        if topic not in metadata.topics or metadata.topics[topic].error is not None:
             continue
-        for partition in sorted(metadata[topic].partitions):
-            _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
-                                                     timeout=timeout_s, cached=False)
-            ends[(topic, partition)] = high
-    return ends
+        for partition in sorted(metadata.topics[topic].partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                       timeout=timeout_s, cached=False)
+            ranges[(topic, partition)] = (low, high)
+    return str(metadata.cluster_id), ranges
 
 
 class Tailer(threading.Thread):
@@ -54,8 +55,11 @@ class Tailer(threading.Thread):
         self.starts = dict(starts or {})
         self.stopping = threading.Event()
         self.failure: str | None = None
+        # earliest: a position the log start has passed (records deleted below Kafka's
+        # prune point) resumes at the log start, never at its end
         self.consumer = Consumer({**options.client_config("sharestate-serve"),
-                                  "enable.partition.eof": "true"})
+                                  "enable.partition.eof": "true",
+                                  "auto.offset.reset": "earliest"})
 
     def run(self) -> None:
         try:

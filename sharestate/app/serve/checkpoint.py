@@ -1,0 +1,337 @@
+"""Checkpoints of `sharestate serve`: every partition's replay state and consumed position in
+one file, `<dir>/serve.checkpoint`, so a restart (also after `kill -9`) resumes from it.
+
+The file is three parts: a magic line naming the format version, one JSON header line (what
+wrote it: the cluster, the replay settings, the core's fingerprint, when, the positions, the
+body's length and SHA-256) and the body, the partitions' `PartitionCheckpoint`s pickled. It
+is written to a temporary file in the same directory, fsync'ed, renamed over the previous
+one and the directory fsync'ed, so a crash at any moment leaves the previous checkpoint or
+the new one, never a mix. One service at a time uses a directory (an OS lock on
+`<dir>/lock`, released however the holder ends).
+
+Loading decides what a checkpoint is worth:
+- written for another cluster or with other `--semantics`, `--dialect` or
+  `--snapshot-update-records`: refused (`CheckpointRefused`: exit 2, one line) — the
+  operator pointed the service at the wrong directory;
+- written by another version of the core (its fingerprint: the sources that decode and
+  replay records), unreadable, truncated or not matching its checksum: not used
+  (`CheckpointUnusable`: a warning, and the service replays from the log start, which gives
+  the same answers, only later); a damaged file is kept aside as `serve.checkpoint.bad`.
+
+The body is read with an unpickler that only builds sharestate's own classes (and a deque),
+but the directory should still be the service's alone (it is created 0700).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import io
+import json
+import logging
+import os
+import pickle
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import sharestate
+from sharestate.app.serve.live_log import LiveLog, PartitionCheckpoint
+from sharestate.app.serve.state import LiveState
+from sharestate.coordinator.combiner import COMBINERS
+from sharestate.records.catalog import Dialect, dialect
+
+FILE = "serve.checkpoint"
+LOCK = "lock"
+BAD_SUFFIX = ".bad"
+MAGIC = b"sharestate serve checkpoint\n"
+FORMAT = 1
+CORE = ("log", "records", "coordinator", "replay")
+"""The packages whose code decodes and replays records (with `tables/arrow_log.py`, the
+serve modules below and the record schemas): a checkpoint is used only by the same code."""
+CORE_FILES = ("tables/arrow_log.py", "app/serve/live_log.py", "app/serve/checkpoint.py")
+
+POLL_S = 0.1
+LOG = logging.getLogger("sharestate.serve")
+
+Where = tuple[str, int]
+
+
+class CheckpointRefused(Exception):
+    """The checkpoint directory cannot be used as asked (one line: exit 2)."""
+
+
+class CheckpointUnusable(Exception):
+    """The checkpoint cannot be resumed from (one line: the service replays from the start)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a checkpoint must have been written with to be resumed from."""
+
+    cluster_id: str
+    semantics: str
+    dialect: str | None
+    snapshot_update_records: int
+
+    def header(self) -> dict[str, Any]:
+        return {"cluster_id": self.cluster_id, "semantics": self.semantics,
+                "dialect": self.dialect or "auto",
+                "snapshot_update_records": self.snapshot_update_records}
+
+
+@dataclass
+class Restored:
+    """A checkpoint loaded: its partitions and what its header says."""
+
+    partitions: dict[Where, PartitionCheckpoint]
+    header: dict[str, Any]
+
+
+@cache
+def core_fingerprint() -> str:
+    """SHA-256 over the core's sources and record schemas (see `CORE`)."""
+    digest = hashlib.sha256()
+    package = Path(sharestate.__file__).parent
+    files = sorted(path for name in CORE for path in (package / name).glob("*.py"))
+    for path in [*files, *(package / name for name in CORE_FILES)]:
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes())
+    schemas = resources.files("sharestate.schemas").joinpath("records")
+    for folder in sorted(schemas.iterdir(), key=lambda entry: entry.name):
+        if folder.is_dir():
+            for entry in sorted(folder.iterdir(), key=lambda entry: entry.name):
+                digest.update(f"{folder.name}/{entry.name}".encode() + b"\0")
+                digest.update(entry.read_bytes())
+    return digest.hexdigest()
+
+
+class _Pickler(pickle.Pickler):
+    """Dialects by name (they are the process's shared catalog), the live log left out."""
+
+    def persistent_id(self, obj: Any) -> Any:
+        if isinstance(obj, Dialect):
+            return ("dialect", obj.name)
+        if isinstance(obj, LiveLog):
+            return ("log",)
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    """Builds sharestate's classes, the combiners and deques, nothing else."""
+
+    def persistent_load(self, pid: Any) -> Any:
+        if pid == ("log",):
+            return None
+        if isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "dialect":
+            return dialect(str(pid[1]))
+        raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "collections" and name == "deque":
+            return super().find_class(module, name)
+        if module.startswith("sharestate."):
+            found = super().find_class(module, name)
+            if isinstance(found, type) or found in COMBINERS.values():
+                return found
+        raise pickle.UnpicklingError(f"a checkpoint does not hold {module}.{name}")
+
+
+def encode(partitions: Mapping[Where, PartitionCheckpoint]) -> bytes:
+    """The body of a checkpoint (call under the lock that guards the replays)."""
+    buffer = io.BytesIO()
+    _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(dict(partitions))
+    return buffer.getvalue()
+
+
+class CheckpointStore:
+    """The checkpoint directory of one service: `lock()` first, then `load` and `save`."""
+
+    def __init__(self, directory: Path, settings: Settings) -> None:
+        self.directory = directory
+        self.path = directory / FILE
+        self.settings = settings
+        self._lock_fd: int | None = None
+
+    def lock(self) -> None:
+        """Take the directory (creating it); CheckpointRefused when another service has it."""
+        try:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(self.directory / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise CheckpointRefused(f"cannot use checkpoint directory {self.directory}: "
+                                    f"{exc.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise CheckpointRefused(f"checkpoint directory {self.directory} is in use by "
+                                    f"another sharestate serve (pid {holder})") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock_fd = fd
+        for leftover in self.directory.glob(f".{FILE}.*.tmp"):  # a write a crash cut short
+            leftover.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def load(self) -> Restored | None:
+        """The checkpoint, or None when there is none. CheckpointRefused when it was written
+        with other settings, CheckpointUnusable when it cannot be resumed from (a damaged
+        file is moved aside first)."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise CheckpointUnusable(f"cannot read {self.path}: {exc.strerror}") from None
+        header, body = self._split(data)
+        expected = self.settings.header()
+        for name, value in expected.items():
+            if header.get(name) != value:
+                raise CheckpointRefused(
+                    f"checkpoint {self.path} was written for {name} {header.get(name)!r}, "
+                    f"not {value!r}: give the settings it was written with or another "
+                    f"--checkpoint-dir")
+        if header.get("core") != core_fingerprint():
+            raise CheckpointUnusable(
+                f"checkpoint {self.path} was written by another version of sharestate's core "
+                f"(sharestate {header.get('sharestate')}); its state may differ from what "
+                f"this one computes")
+        try:
+            partitions = _Unpickler(io.BytesIO(body)).load()
+            if not isinstance(partitions, dict) or not all(
+                    isinstance(v, PartitionCheckpoint) for v in partitions.values()):
+                raise pickle.UnpicklingError("not a map of partition checkpoints")
+        except Exception as exc:  # any damage the checksum let through: never resumed from
+            raise self._damaged(f"its body does not load ({exc})") from None
+        return Restored(partitions, header)
+
+    def _split(self, data: bytes) -> tuple[dict[str, Any], bytes]:
+        """(header, body) of a checkpoint file; CheckpointUnusable when it is damaged."""
+        if not data.startswith(MAGIC):
+            raise self._damaged("it does not start as a sharestate serve checkpoint")
+        end = data.find(b"\n", len(MAGIC))
+        try:
+            header = json.loads(data[len(MAGIC):end]) if end > 0 else None
+        except ValueError:
+            header = None
+        if not isinstance(header, dict):
+            raise self._damaged("its header is not a JSON object")
+        if header.get("format") != FORMAT:
+            raise self._damaged(f"format {header.get('format')!r} is not {FORMAT}")
+        body = data[end + 1:]
+        if len(body) != header.get("body_bytes"):
+            raise self._damaged(f"it holds {len(body)} bytes of state, its header says "
+                                f"{header.get('body_bytes')} (truncated?)")
+        if hashlib.sha256(body).hexdigest() != header.get("body_sha256"):
+            raise self._damaged("its state does not match its checksum")
+        return header, body
+
+    def _damaged(self, reason: str) -> CheckpointUnusable:
+        bad = self.path.with_name(FILE + BAD_SUFFIX)
+        try:
+            os.replace(self.path, bad)
+            kept = f"; kept as {bad}"
+        except OSError:
+            kept = ""
+        return CheckpointUnusable(f"checkpoint {self.path} is damaged: {reason}{kept}")
+
+    def save(self, body: bytes, positions: Mapping[Where, int], records: int,
+             version: str) -> int:
+        """Write a checkpoint of `body` (from `encode`) atomically; its size in bytes."""
+        header = {"format": FORMAT, "sharestate": version, "core": core_fingerprint(),
+                  **self.settings.header(),
+                  "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "records_applied": records,
+                  "positions": {f"{topic}-{partition}": position
+                                for (topic, partition), position in sorted(positions.items())},
+                  "body_bytes": len(body), "body_sha256": hashlib.sha256(body).hexdigest()}
+        data = MAGIC + json.dumps(header).encode() + b"\n" + body
+        temporary = self.directory / f".{FILE}.{os.getpid()}.tmp"
+        with open(temporary, "wb", opener=_private) as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, self.path)
+        directory = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+        return len(data)
+
+
+def _private(path: str, flags: int) -> int:
+    return os.open(path, flags, 0o600)
+
+
+class Checkpointer(threading.Thread):
+    """Writes a checkpoint of `state` once `records` records were applied since the last
+    one or `seconds` passed with anything read, and a last one at `close`. A write that
+    fails is logged and counted (`failures`); the service goes on and tries again."""
+
+    def __init__(self, store: CheckpointStore, state: LiveState, *, records: int,
+                 seconds: float, version: str) -> None:
+        super().__init__(name="checkpoint", daemon=True)
+        self.store = store
+        self.state = state
+        self.every_records = records
+        self.every_seconds = seconds
+        self.version = version
+        self.stopping = threading.Event()
+        with state.lock:
+            self.records = state.records_applied()
+            self.positions = state.positions()
+        self.since = time.monotonic()
+        self.written: float | None = None
+        """When the last checkpoint was written (epoch seconds)."""
+        self.size = 0
+        self.took = 0.0
+        self.failures = 0
+
+    def run(self) -> None:
+        while not self.stopping.wait(POLL_S):
+            with self.state.lock:
+                records = self.state.records_applied()
+                moved = self.state.positions() != self.positions
+            if records - self.records >= self.every_records or (
+                    moved and time.monotonic() - self.since >= self.every_seconds):
+                self.write()
+
+    def write(self) -> None:
+        """Write a checkpoint now (the replays wait while their state is encoded)."""
+        started = time.monotonic()
+        try:
+            with self.state.lock:
+                records = self.state.records_applied()
+                positions = self.state.positions()
+                body = encode(self.state.checkpoint())
+            size = self.store.save(body, positions, records, self.version)
+        except Exception:  # logged and counted; the service keeps answering
+            self.failures += 1
+            LOG.exception("writing checkpoint %s failed", self.store.path)
+            return
+        finally:
+            self.since = time.monotonic()
+        self.records, self.positions = records, positions
+        self.written, self.size, self.took = time.time(), size, time.monotonic() - started
+        LOG.debug("checkpoint %s: %d records applied, %d bytes, %.3f s", self.store.path,
+                  records, size, self.took)
+
+    def close(self) -> None:
+        """Stop, write a last checkpoint (call once the replays stopped), free the directory."""
+        self.stopping.set()
+        if self.is_alive():
+            self.join()
+        self.write()
+        self.store.close()
