@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 from conftest import conformance_dir
-from mock_cluster import Cluster, data_records, eventually, mock_cluster
-from mock_cluster import get as get_from
 from prometheus_client.parser import text_string_to_metric_families
+from serve_support import Cluster, data_records, eventually, mock_cluster
+from serve_support import get as get_from
 
 from sharestate.app.cli import main
 from sharestate.app.serve.live_log import ReplayOptions

@@ -13,10 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,8 +21,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mock_cluster import ENDPOINTS, Cluster, eventually, get, mock_cluster, simulated
 from prometheus_client.parser import text_string_to_metric_families
+from serve_support import (
+    ENDPOINTS,
+    Cluster,
+    ServeProcess,
+    eventually,
+    get,
+    mock_cluster,
+    simulated,
+)
 
 from sharestate.app.cli import main
 from sharestate.app.serve.checkpoint import FILE, MAGIC
@@ -129,48 +134,12 @@ def test_a_restart_resumes_from_the_checkpoint_and_answers_as_one_uninterrupted_
         uninterrupted.close()
 
 
-class ServeProcess:
-    """`sharestate serve` in a process of its own; its stderr collected line by line."""
-
-    def __init__(self, *args: str) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "sharestate", "serve", "--listen", "127.0.0.1:0", *args],
-            stderr=subprocess.PIPE, text=True)
-        self.lines: list[str] = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-        eventually(lambda: self.address is not None or self.process.poll() is not None)
-        assert self.address is not None, self.stderr
-
-    def _read(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self.lines.append(line)
-
-    @property
-    def stderr(self) -> str:
-        return "".join(self.lines)
-
-    @property
-    def address(self) -> tuple[str, int] | None:
-        found = re.search(r"listening on http://([\d.]+):(\d+)", self.stderr)
-        return (found[1], int(found[2])) if found else None
-
-    def stop(self, signum: int) -> int:
-        self.process.send_signal(signum)
-        status = self.process.wait(30)
-        self.reader.join(10)
-        return status
-
-
 @pytest.fixture()
 def processes() -> Iterator[list[ServeProcess]]:
     started: list[ServeProcess] = []
     yield started
     for process in started:
-        if process.process.poll() is None:
-            process.process.kill()
-            process.process.wait(30)
+        process.kill()
 
 
 def test_kill_9_mid_stream_then_restart_answers_as_the_uninterrupted_run_field_by_field(

@@ -1,9 +1,14 @@
-"""A live broker for the serve tests (librdkafka's mock cluster, held by this process) and
-what the tests do with a running service: ask it over HTTP, wait for it, compare answers."""
+"""What the serve tests share: a live broker (librdkafka's mock cluster, held by this
+process), records to feed it, `sharestate serve` in a process of its own, and asking a
+running service over HTTP."""
 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -83,3 +88,44 @@ def eventually(check: Callable[[], bool], timeout: float = 30) -> None:
     while not check():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+class ServeProcess:
+    """`sharestate serve` in a process of its own; its stderr collected line by line."""
+
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "sharestate", "serve", "--listen", "127.0.0.1:0", *args],
+            stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        eventually(lambda: self.address is not None or self.process.poll() is not None)
+        assert self.address is not None, self.stderr
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line)
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.lines)
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        found = re.search(r"listening on http://([\d.]+):(\d+)", self.stderr)
+        return (found[1], int(found[2])) if found else None
+
+    def stop(self, signum: int) -> int:
+        """Send `signum`; the exit status."""
+        self.process.send_signal(signum)
+        status = self.process.wait(30)
+        self.reader.join(10)
+        return status
+
+    def kill(self) -> None:
+        """Kill it if it still runs (a test's cleanup)."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(30)
