@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -180,3 +182,21 @@ def test_bad_arguments_exit_2_with_one_line(capsys: pytest.CaptureFixture[str]) 
     assert main(["serve", "--source", "kafka://127.0.0.1:1", "--connect-timeout", "1"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[-1].startswith("sharestate: error: cannot reach the cluster")
+
+
+def test_methods_other_than_get_are_405_with_allow_head_has_no_body(service: Service) -> None:
+    host, port = service.address
+    for method in ("POST", "PUT", "DELETE", "PATCH", "TRACE", "QUERY", "BREW"):
+        request = urllib.request.Request(f"http://{host}:{port}/v1/lag", method=method)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 405, method
+        assert refused.value.headers["Allow"] == "GET, HEAD, OPTIONS"
+    request = urllib.request.Request(f"http://{host}:{port}/healthz", method="HEAD")
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 200
+        assert int(answer.headers["Content-Length"]) == len(b'{"status": "up"}')
+        assert answer.read() == b""
+    request = urllib.request.Request(f"http://{host}:{port}/readyz", method="OPTIONS")
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert (answer.status, answer.headers["Allow"]) == (204, "GET, HEAD, OPTIONS")

@@ -18,6 +18,7 @@ from sharestate.app.serve.openapi import document
 from sharestate.app.serve.state import LiveState
 
 LOG = logging.getLogger("sharestate.serve")
+ALLOWED = "GET, HEAD, OPTIONS"
 GROUPED = {"/v1/share-partitions", "/v1/lag", "/v1/redelivery", "/v1/consumer-group-offsets"}
 
 
@@ -45,6 +46,27 @@ def make_server(listen: tuple[str, int], state: LiveState, version: str,
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "sharestate"
+        head_only = False
+
+        def do_HEAD(self) -> None:
+            self.head_only = True
+            self.do_GET()
+
+        def do_OPTIONS(self) -> None:
+            self.send_response(HTTPStatus.NO_CONTENT)
+            self.send_header("Allow", ALLOWED)
+            self.end_headers()
+
+        def __getattr__(self, name: str) -> Callable[[], None]:
+            """`do_<METHOD>` of every other method: 405 (the standard library's is 501)."""
+            if name.startswith("do_"):
+                return self._refuse_method
+            raise AttributeError(name)
+
+        def _refuse_method(self) -> None:
+            self._json(HTTPStatus.METHOD_NOT_ALLOWED,
+                       {"error": f"{self.command} not allowed: the service only answers GET"},
+                       ("Allow", ALLOWED))
 
         def do_GET(self) -> None:
             url = urlsplit(self.path)
@@ -82,15 +104,20 @@ def make_server(listen: tuple[str, int], state: LiveState, version: str,
             else:
                 self._json(HTTPStatus.NOT_FOUND, {"error": f"no such path: {path}"})
 
-        def _json(self, status: HTTPStatus, body: object) -> None:
-            self._send(status, "application/json", json.dumps(body).encode())
+        def _json(self, status: HTTPStatus, body: object,
+                  *headers: tuple[str, str]) -> None:
+            self._send(status, "application/json", json.dumps(body).encode(), *headers)
 
-        def _send(self, status: HTTPStatus, content_type: str, body: bytes) -> None:
+        def _send(self, status: HTTPStatus, content_type: str, body: bytes,
+                  *headers: tuple[str, str]) -> None:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
+            for name, value in headers:
+                self.send_header(name, value)
             self.end_headers()
-            self.wfile.write(body)
+            if not self.head_only:
+                self.wfile.write(body)
 
         def log_message(self, format: str, *args: Any) -> None:
             LOG.debug("%s %s", self.address_string(), format % args)
