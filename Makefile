@@ -20,7 +20,7 @@ PYSPARK_CHECK := import importlib.metadata as m, pyspark; \
 	assert len(set(v.values())) == 1 and pyspark.__version__.startswith("4.2."), "pyspark-client must be the release of pyspark"
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-airflow jars demo test test-pure lint check bench docs clean
+.PHONY: help install install-airflow jars demo test test-pure lint check executor-env bench docs clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -72,6 +72,9 @@ lint: $(AIRFLOW_STAMP) $(NATIVE_STAMP) ## ruff, mypy (the DAG too: needs the air
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python -m mypy.stubtest --mypy-config-file pyproject.toml sharestate._native
+
+executor-env: $(STAMP) $(NATIVE_STAMP) ## pack the executors' Python environment for a Spark cluster (dist/sharestate-env.tar.gz)
+	$(BIN)/python -m sharestate.spark.executor_env --out dist/sharestate-env.tar.gz
 
 check: lint ## the contributor's loop: lint, then every test not marked slow or kafka_broker
 	$(BIN)/python -m pytest -q -m "not slow and not kafka_broker"

@@ -264,7 +264,8 @@ def write_lock(names: Sequence[str], path: Path = LOCK_FILE) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sharestate.jars", description=__doc__)
-    parser.add_argument("action", choices=("fetch", "lock", "classpath", "status"))
+    parser.add_argument("action", choices=("fetch", "lock", "classpath", "spark-jars", "status"),
+                        help="spark-jars: the files as spark-submit's --jars list")
     parser.add_argument("sets", nargs="*", help="set names (default: every set of the lock)")
     args = parser.parse_args(argv)
     known = sorted(SETS) if args.action == "lock" else sorted(read_lock())
@@ -286,9 +287,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     missing = 0
     for name in names:
         found = jar_set(name)
-        if args.action == "classpath":
+        if args.action in ("classpath", "spark-jars"):
             try:
-                print(found.classpath())
+                classpath = found.classpath()
+                print(classpath if args.action == "classpath"
+                      else classpath.replace(os.pathsep, ","))
             except JarsMissing as error:
                 print(f"sharestate.jars: {error}", file=sys.stderr)
                 return 2

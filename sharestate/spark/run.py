@@ -177,6 +177,7 @@ def _check_clusters(sources: Sequence[str], kafka_options: dict[str, str],
 def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
         spark_factory: Callable[..., SparkSession] | None = None) -> int:
     """Run `jobs` in order with a session built from `args`; print a summary; exit status."""
+    from sharestate.spark.executors import executor_kernels, warn_if_pure
     from sharestate.spark.jobs.analytics import analytics
     from sharestate.spark.jobs.decode import decode
     from sharestate.spark.jobs.ingest import ingest
@@ -220,6 +221,12 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
                 what=f"job{'s' if len(jobs) > 1 else ''} {', '.join(jobs)}"))
         except (WarehouseBusy, SettingError) as exc:
             raise ArgumentError(str(exc)) from None
+        kernels = None
+        if {"ingest", "replay"} & set(jobs):  # the jobs whose executors do the work
+            kernels, modules = executor_kernels(spark)
+            more = f" and {len(modules) - 1} more" if len(modules) > 1 else ""
+            print(f"executors {kernels}: sharestate from {modules[0]}{more}")
+            warn_if_pure(kernels)
         # ingest followed by decode is one pass: ingest writes the silver tables as well
         fused = "ingest" in jobs and "decode" in jobs
         for job in jobs:
@@ -227,13 +234,15 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
                 reports.append(ingest(
                     spark, warehouse, args.source, run_id=run_id, full=args.full,
                     kafka_options=kafka_options, silver=fused,
-                    limits=ReadLimits(max_batch_records=args.max_batch_records)))
+                    limits=ReadLimits(max_batch_records=args.max_batch_records),
+                    executors=kernels))
             elif job == "decode":
                 if not fused:
                     reports.append(decode(spark, warehouse, run_id=run_id,
                                                    only_run=args.run_id))
             elif job == "replay":
-                reports.append(replay(spark, warehouse, run_id=run_id, options=gold))
+                reports.append(replay(spark, warehouse, run_id=run_id, options=gold,
+                                      executors=kernels))
             elif job == QUALITY:
                 from sharestate.spark.quality_job import quality_job
 

@@ -264,8 +264,11 @@ def build_session(app_name: str | None = None, *, master: str | None = None,
                   quick_jit: bool = False) -> SparkSession:
     """Build (or join) the SparkSession for a sharestate job; see the module docstring."""
     launched = _launched_settings()
-    settings = resolve_conf(conf, conf_file=conf_file, launched=launched, master=master,
-                            app_name=app_name, ui=ui)
+    # spark-submit starts the JVM but not the SparkContext: static settings (Delta's SQL
+    # extension and catalog) still apply then; once a context runs, they no longer can.
+    running = SparkContext._active_spark_context is not None
+    resolved = settings = resolve_conf(conf, conf_file=conf_file, launched=launched,
+                                       master=master, app_name=app_name, ui=ui)
     if launched is None:
         # Before the JVM starts: its Python workers must run this interpreter.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -276,8 +279,8 @@ def build_session(app_name: str | None = None, *, master: str | None = None,
         settings = with_pinned_delta(settings)
     else:
         settings = {k: v for k, v in settings.items() if launched.get(k) != v}
-    if delta in ("on", "pip") or (delta == "auto" and launched is None
-                                  and delta_jars_present(settings)):
+    if delta in ("on", "pip") or (delta == "auto" and not running
+                                  and delta_jars_present({**resolved, **settings})):
         settings = with_delta(settings)
     # py4j logs every command sent to the JVM at DEBUG, option values (credentials) included.
     if logging.getLogger("py4j").level < logging.INFO:

@@ -35,10 +35,12 @@ from sharestate.tables.runs import ingest_run_row
 
 def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
            run_id: str, full: bool = False, kafka_options: dict[str, str] | None = None,
-           silver: bool = False, limits: ReadLimits = DEFAULT_LIMITS) -> RunReport:
+           silver: bool = False, limits: ReadLimits = DEFAULT_LIMITS,
+           executors: str | None = None) -> RunReport:
     """Segment files or a live cluster (`kafka://host:port`) -> `log_records`,
     `decode_errors`, `ingest_runs`; with `silver`, also the decode job's tables for the
     same segments (`run_all` does this: bronze is then not read back to decode it).
+    `executors` (native, pure, mixed: their kernels) goes into each commit's metadata.
 
     One pass over the input: each task reads its split and writes every table; what the
     run covered comes from the statistics of the files it wrote (or, on a backend that cannot
@@ -56,12 +58,14 @@ def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
             _write_bronze(spark, lake, warehouse, splits,
                           partial(tasks.ingest_splits, run_id=run_id, silver=silver,
                                   limits=limits), sizes,
-                          None, run_id, report, silver, _segment_sources(sizes))
+                          {"run": run_id, "note": None, "executors": executors}, report,
+                          silver, _segment_sources(sizes))
     for uri in live:
         raw, visibility = _kafka_raw(spark, lake, warehouse, uri, full, kafka_options or {})
         _write_bronze(spark, lake, warehouse, raw,
                       partial(tasks.ingest_consumed, run_id=run_id, source=uri, silver=silver),
-                      {}, visibility, run_id, report, silver, uri)
+                      {}, {"run": run_id, "note": visibility, "executors": executors}, report,
+                      silver, uri)
     if silver:
         report.rows.update({name: table_rows(warehouse.path(name)) for name in SILVER})
     report.seconds = time.monotonic() - started
@@ -158,13 +162,14 @@ partitions of earlier runs of the segments it read again (stale: their findings 
 
 
 def _write_bronze(spark: SparkSession, lake: Lake, warehouse: Warehouse, inputs: DataFrame,
-                  produce: Produce, sizes: dict[str, tuple[int, int]], note: str | None,
-                  run_id: str, report: RunReport, silver: bool,
+                  produce: Produce, sizes: dict[str, tuple[int, int]],
+                  meta: dict[str, str | None], report: RunReport, silver: bool,
                   sources: dict[PartitionKey, str] | str) -> None:
     """Write one input to the bronze (and with `silver` the silver) tables in one pass;
-    record what the run covered. `sources`: the source of each bronze partition the input
+    record what the run covered. `meta`: the commits' metadata (the run id, what a live
+    source cannot see as `note`); `sources`: the source of each bronze partition the input
     can write (or the one source of them all)."""
-    meta = {"run": run_id, "note": note}
+    run_id, note = str(meta["run"]), meta["note"]
     names = ("log_records", "decode_errors", *(SILVER if silver else ()))
     before = _bronze_files(lake, warehouse)
     lake.overwrite_many(inputs, produce, {name: Target(warehouse.path(name)) for name in names},

@@ -67,9 +67,10 @@ def _drop_tables(produce: Produce, keep: Sequence[str]) -> Produce:
 
 
 def replay(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
-           options: gold_pass.GoldOptions) -> RunReport:
+           options: gold_pass.GoldOptions, executors: str | None = None) -> RunReport:
     """Bronze -> the replayed gold tables and the log-derived audit findings, in one pass:
-    every internal-topic partition replayed once, from the log start."""
+    every internal-topic partition replayed once, from the log start. `executors` (their
+    kernels) goes into the commit's metadata."""
     started = time.monotonic()
     lake = open_lake(spark)
     warehouse.create_all(lake)
@@ -79,7 +80,7 @@ def replay(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
                                        [{"rule": rule} for rule in RULES])
     metadata = {"run": run_id, "job": "replay", "as_of": {"offset": options.as_of.offset,
                                                           "time": options.as_of.time},
-                "semantics": options.semantics}
+                "semantics": options.semantics, "executors": executors}
     lake.overwrite_many(inputs, _drop_tables(produce, REPLAY_TABLES), targets,
                         metadata=metadata)
     report = RunReport("replay", run_id, rows={name: table_rows(warehouse.path(name))
