@@ -1,4 +1,5 @@
-"""End-to-end pipeline throughput on a simulated log, with 1 and 2 local cores.
+"""End-to-end pipeline throughput on a simulated log, with 1 and 2 local cores, or on a
+Spark cluster against 2 local cores.
 
 Runs every job (ingest, decode, replay, analytics) on `local[1]` and on `local[2]` with
 `spark.driver.memory=1g`, each in a fresh process into a fresh warehouse, and reports
@@ -8,6 +9,11 @@ settings run N times, alternating so that a slow spell of a shared machine hits 
 the median run of each counts. The simulated log (8 partitions of
 `__share_group_state` by default, so replay has work for both cores) is generated once
 into `bench/.cache/` (default 5,000,000 records). The last line printed is one JSON object.
+
+With `--master spark://HOST:PORT` the runs are `spark-submit pipelines/run_all.py` onto that
+master as the README says to run them (the packed executor environment, built once into
+`bench/.cache/`, on `--archives`), against `local[2]`; the source and warehouse must be
+paths the cluster's nodes read (here: the same machine).
 """
 
 from __future__ import annotations
@@ -55,15 +61,34 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
-def run_once(source: Path, cores: int) -> tuple[float, float]:
-    """(seconds, peak driver RSS in MB) of one whole-pipeline run with `cores` cores."""
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+ENVIRONMENT = PROJECT_ROOT / "bench" / ".cache" / "sharestate-env.tar.gz"
+
+
+def _command(source: Path, warehouse: Path, master: str) -> tuple[list[str], dict[str, str]]:
+    """How a run on `master` starts: in-process jobs on a local master, spark-submit with
+    the packed executor environment on a cluster."""
+    settings = ["--conf", "spark.driver.memory=1g", "--conf", "spark.ui.enabled=false"]
+    if master.startswith("local["):
+        cores = int(master[6:-1])
+        return ([sys.executable, "-m", "sharestate.spark.run", "--source", str(source),
+                 "--warehouse", str(warehouse), "--master", master, *settings,
+                 "--conf", f"spark.sql.shuffle.partitions={cores * 2}"], dict(os.environ))
+    env = {**os.environ, "PYSPARK_DRIVER_PYTHON": sys.executable,
+           "PYSPARK_PYTHON": "./environment/bin/python"}
+    return ([str(Path(sys.executable).parent / "spark-submit"), "--master", master,
+             "--archives", f"{ENVIRONMENT}#environment", *settings,
+             str(PROJECT_ROOT / "pipelines" / "run_all.py"), "--source", str(source),
+             "--warehouse", str(warehouse)], env)
+
+
+def run_once(source: Path, master: str) -> tuple[float, float]:
+    """(seconds, peak driver RSS in MB) of one whole-pipeline run on `master`."""
     with tempfile.TemporaryDirectory() as tmp:
-        command = [sys.executable, "-m", "sharestate.spark.run", "--source", str(source),
-                   "--warehouse", str(Path(tmp) / "wh"), "--master", f"local[{cores}]",
-                   "--conf", "spark.driver.memory=1g", "--conf", "spark.ui.enabled=false",
-                   "--conf", f"spark.sql.shuffle.partitions={cores * 2}"]
+        command, env = _command(source, Path(tmp) / "wh", master)
         start = time.perf_counter()
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   env=env)
         peak = 0.0
         done = threading.Event()
 
@@ -94,29 +119,41 @@ def main() -> None:
                         help="partitions of __share_group_state (Kafka's default is 50)")
     parser.add_argument("--repeat", type=int, default=3,
                         help="runs of each setting, alternating; the median counts")
+    parser.add_argument("--master", metavar="spark://HOST:PORT",
+                        help="time spark-submit onto this cluster against local[2]")
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    if args.master is not None and not args.master.startswith("spark://"):
+        parser.error("--master must be spark://HOST:PORT")
     source = simulated(args.records, args.state_partitions)
     shutil.rmtree(source / "_unused", ignore_errors=True)
-    seconds: dict[int, list[float]] = {1: [], 2: []}
+    masters = ["local[1]", "local[2]"] if args.master is None else [args.master, "local[2]"]
+    if args.master is not None and not ENVIRONMENT.is_file():
+        from sharestate.spark.executor_env import pack
+
+        pack(ENVIRONMENT)
+    seconds: dict[str, list[float]] = {master: [] for master in masters}
     peak = 0.0
     for _ in range(args.repeat):
-        for cores in (1, 2):
-            wall, rss = run_once(source, cores)
-            print(f"local[{cores}]: {wall:.1f} s, peak driver RSS {rss:.0f} MB", file=sys.stderr)
-            seconds[cores].append(wall)
+        for master in masters:
+            wall, rss = run_once(source, master)
+            print(f"{master}: {wall:.1f} s, peak driver RSS {rss:.0f} MB", file=sys.stderr)
+            seconds[master].append(wall)
             peak = max(peak, rss)
-    one, two = statistics.median(seconds[1]), statistics.median(seconds[2])
+    first, second = (statistics.median(seconds[master]) for master in masters)
+    names = ("1core", "2cores") if args.master is None else ("cluster", "2cores")
     figures = {
         "records": args.records,
-        "records_per_s_1core": round(args.records / one),
-        "records_per_s_2cores": round(args.records / two),
-        "speedup_2_vs_1": round(one / two, 2),
+        **({} if args.master is None else {"master": args.master}),
+        f"records_per_s_{names[0]}": round(args.records / first),
+        f"records_per_s_{names[1]}": round(args.records / second),
+        ("speedup_2_vs_1" if args.master is None else "cluster_vs_2cores"): round(
+            first / second if args.master is None else second / first, 2),
         "peak_driver_rss_mb": round(peak, 1),
         "runs": args.repeat,
-        "seconds_1core": [round(s, 1) for s in seconds[1]],
-        "seconds_2cores": [round(s, 1) for s in seconds[2]],
+        f"seconds_{names[0]}": [round(s, 1) for s in seconds[masters[0]]],
+        f"seconds_{names[1]}": [round(s, 1) for s in seconds[masters[1]]],
     }
     for name, value in figures.items():
         print(f"{name:>22}: {value}", file=sys.stderr)
