@@ -21,7 +21,7 @@ from confluent_kafka import Producer
 
 from sharestate.log import RawRecord, read_batches
 from sharestate.simulate.simulation import SimulationConfig
-from sharestate.simulate.simulator import simulate
+from sharestate.simulate.simulator import END_OFFSETS_FILE, simulate
 
 ENDPOINTS = ("/v1/share-partitions", "/v1/lag", "/v1/redelivery", "/v1/prune",
              "/v1/consumer-group-offsets", "/v1/findings")
@@ -69,6 +69,18 @@ def simulated(out: Path, records: int, seed: int = 0) -> dict[tuple[str, int], l
         found[(topic, int(partition))] = [r for segment in sorted(folder.glob("*.log"))
                                           for r in data_records(segment)]
     return found
+
+
+def produce_data_topics(cluster: Cluster, out: Path) -> None:
+    """Give the cluster the simulated data topics, as many records in each partition as
+    the simulation's end offsets say (so lag is taken against real end offsets)."""
+    for end in json.loads((out / END_OFFSETS_FILE).read_text()):
+        for index in range(end["end_offset"]):
+            cluster.producer.produce(end["topic"], value=b"%d" % index,
+                                     partition=end["partition"])
+            if index % 1000 == 0:
+                cluster.producer.poll(0)
+    assert cluster.producer.flush(60) == 0
 
 
 def get(address: tuple[str, int], path: str) -> tuple[int, Any]:

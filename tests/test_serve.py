@@ -200,3 +200,28 @@ def test_methods_other_than_get_are_405_with_allow_head_has_no_body(service: Ser
     request = urllib.request.Request(f"http://{host}:{port}/readyz", method="OPTIONS")
     with urllib.request.urlopen(request, timeout=10) as answer:
         assert (answer.status, answer.headers["Allow"]) == (204, "GET, HEAD, OPTIONS")
+
+
+def test_lag_without_end_offsets_from_the_cluster_is_a_lower_bound_said_so(
+        records: dict[str, list[RawRecord]], caplog: pytest.LogCaptureFixture) -> None:
+    """The mock cluster answers no DescribeTopics (no controller) once a data topic
+    exists: /v1/lag and /metrics still answer, from the state's lower bound."""
+    caplog.set_level(logging.WARNING, logger="sharestate.serve")
+    cluster = mock_cluster()
+    cluster.produce(SHARE_STATE_TOPIC, records[SHARE_STATE_TOPIC])
+    cluster.produce("orders", records[SHARE_STATE_TOPIC][:3])
+    options = parse_options({"bootstrap.servers": cluster.bootstrap, "timeoutMs": "1000"})
+    running = start(options, ("127.0.0.1", 0), ReplayOptions(), retention_minutes=10080,
+                    version="test")
+    try:
+        eventually(lambda: get(running, "/readyz")[0] == 200)
+        status, lag = get(running, "/v1/lag")
+        assert status == 200 and lag
+        assert {(row["end_offset_source"], row["lag_is_lower_bound"]) for row in lag} == {
+            ("state", True)}
+        assert get(running, "/metrics")[0] == 200
+    finally:
+        running.close()
+    assert any(r.getMessage().startswith("cannot read end offsets from ")
+               and r.getMessage().endswith(": lag is a lower bound from the state")
+               for r in caplog.records)

@@ -26,10 +26,7 @@ class StateCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         state = self.state
-        try:
-            ends = state.end_offsets()
-        except Exception:  # the cluster did not answer: lag falls back to the state's bound
-            ends = {}
+        ends = state.end_offsets()
         share = {name: GaugeMetricFamily(f"sharestate_share_partition_{name}", text,
                                          labels=SHARE_LABELS) for name, text in (
             ("lag", "Records not yet acknowledged or archived (end offset - SPSO - done)"),

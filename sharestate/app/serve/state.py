@@ -4,6 +4,7 @@ redelivery, prune recommendations)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -14,12 +15,14 @@ from sharestate.analytics.context import StateContext, live_states
 from sharestate.analytics.lag import LIVE, EndOffsets, lag_rows, topic_names
 from sharestate.analytics.redelivery import redelivery_rows
 from sharestate.app.serve.live_log import PartitionCheckpoint, PartitionReplay, ReplayOptions
+from sharestate.cluster import KafkaSourceError
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.records.segment import finding_json
 from sharestate.replay.prune import prune_recommendation
 from sharestate.replay.rows import offset_rows, state_row
 from sharestate.replay.share_log import ShareLogResult
 
+LOG = logging.getLogger("sharestate.serve")
 END_OFFSETS_TTL_S = 2.0
 """How long fetched data-topic end offsets are reused (lag, metrics)."""
 
@@ -91,10 +94,17 @@ class LiveState:
                     if (group is None or key.group_id == group)]
 
     def end_offsets(self) -> EndOffsets:
-        """The data topics' end offsets from the cluster (reused for `END_OFFSETS_TTL_S`)."""
+        """The data topics' end offsets from the cluster (reused for `END_OFFSETS_TTL_S`);
+        none when the cluster does not answer (lag is then the state's lower bound, and
+        says so), with a warning."""
         now = time.monotonic()
         if self._ends is None or now - self._ends[0] > END_OFFSETS_TTL_S:
-            self._ends = (now, self.fetch_end_offsets())
+            try:
+                ends = self.fetch_end_offsets()
+            except KafkaSourceError as exc:
+                LOG.warning("%s: lag is a lower bound from the state", exc)
+                ends = {}
+            self._ends = (now, ends)
         return self._ends[1]
 
     def names(self) -> dict[str, str]:
