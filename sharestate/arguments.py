@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -180,3 +181,31 @@ def _json_int(value: Any, low: int, high: int, what: str) -> int:
 def _short(value: Any) -> str:
     text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+BACKENDS = ("auto", "rs", "jvm")
+BACKEND_SETTING = "spark.sharestate.lake.backend"
+
+
+def add_spark_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of every Spark job: its settings, master, Delta backend, and how long
+    it waits for the warehouse lease."""
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="Spark setting (repeatable)")
+    p.add_argument("--master", help="Spark master (default: the session's, local[2] here)")
+    p.add_argument("--backend", choices=BACKENDS, default=None,
+                   help="Delta backend (default: spark.sharestate.lake.backend, else auto)")
+    p.add_argument("--lease-wait", type=seconds, default=0.0, metavar="SECONDS",
+                   help="wait this long for the warehouse lease another writer holds "
+                        "(default: fail at once, exit 2)")
+
+
+def spark_settings(args: argparse.Namespace) -> dict[str, str]:
+    """`--conf` as settings with `--backend` folded in (ValueError: a malformed one); a
+    warning on stderr for each that holds a credential."""
+    settings = key_values(args.conf, "--conf")
+    for warning in secret_warnings(settings, "--conf"):
+        print(warning, file=sys.stderr)
+    if args.backend:
+        settings[BACKEND_SETTING] = args.backend
+    return settings

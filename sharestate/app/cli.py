@@ -367,13 +367,9 @@ def cmd_sql(args: argparse.Namespace) -> int:
     if not find_tables(args.warehouse):
         raise UsageError(f"no Delta tables under {args.warehouse}")
     try:
-        settings = arguments.key_values(args.conf, "--conf")
+        settings = arguments.spark_settings(args)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    for warning in arguments.secret_warnings(settings, "--conf"):
-        print(warning, file=sys.stderr)
-    if args.backend:
-        settings["spark.sharestate.lake.backend"] = args.backend
     with tempfile.TemporaryDirectory(prefix="sharestate-sql-") as scratch:
         conf = {**settings, **session_settings(scratch)}
         try:
@@ -489,7 +485,7 @@ def _add_sql(sub: Any) -> None:
     command.add_argument("--warehouse", required=True, type=location,
                          help="folder holding the Delta tables")
     command.add_argument("--format", choices=SQL_FORMATS, default="table")
-    command.add_argument("--backend", choices=("auto", "rs", "jvm"), default=None,
+    command.add_argument("--backend", choices=arguments.BACKENDS, default=None,
                          help="Delta backend (jvm: Delta's own SQL, time travel and "
                               "DESCRIBE HISTORY; default: the session's, else auto)")
     command.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
@@ -573,7 +569,7 @@ def _add_report(sub: Any) -> None:
     command.add_argument("--warehouse", required=True, type=location,
                          help="folder holding the Delta tables")
     command.add_argument("--out", required=True, type=location, help="HTML file to write")
-    command.add_argument("--backend", choices=("auto", "rs", "jvm"), default=None)
+    command.add_argument("--backend", choices=arguments.BACKENDS, default=None)
     command.set_defaults(func=cmd_report)
 
 

@@ -69,14 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--table", action="append", default=None, metavar="NAME",
                    help="validate only this gold table's suites (repeatable)")
     p.add_argument("--no-docs", action="store_true", help="do not build the Data Docs")
-    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                   help="Spark setting (repeatable)")
-    p.add_argument("--master", help="Spark master (default: the session's, local[2] here)")
-    p.add_argument("--backend", choices=("auto", "rs", "jvm"), default=None,
-                   help="Delta backend (default: spark.sharestate.lake.backend, else auto)")
-    p.add_argument("--lease-wait", type=arguments.seconds, default=0.0, metavar="SECONDS",
-                   help="wait this long for the warehouse lease another writer holds "
-                        "(default: fail at once, exit 2)")
+    arguments.add_spark_arguments(p)
 
 
 def settings(args: argparse.Namespace) -> QualityConfig:
@@ -150,11 +143,9 @@ def run(args: argparse.Namespace, *,
     from sharestate.spark.session import SettingError, build_session, resolve_conf
 
     try:
-        conf = arguments.key_values(args.conf, "--conf")
+        conf = arguments.spark_settings(args)
     except ValueError as exc:
         raise QualityArgumentError(str(exc)) from None
-    for warning in arguments.secret_warnings(conf, "--conf"):
-        print(warning, file=sys.stderr)
     config = settings(args)
     known = sorted({suite.table for suite in suites(config)})
     unknown = sorted(set(args.table or ()) - set(known))
@@ -163,8 +154,6 @@ def run(args: argparse.Namespace, *,
                                    f"(tables with suites: {', '.join(known)})")
     if not find_tables(args.warehouse):
         raise QualityArgumentError(f"no Delta tables under {args.warehouse}")
-    if args.backend:
-        conf["spark.sharestate.lake.backend"] = args.backend
     try:
         resolve_conf(conf, master=args.master)  # bad settings: refused before any work
     except SettingError as exc:

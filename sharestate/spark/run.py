@@ -94,14 +94,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--connect-timeout", type=arguments.seconds, default=10.0,
                    metavar="SECONDS", help="how long a kafka:// source may take to answer "
                                            "before the run gives up (exit 2)")
-    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                   help="Spark setting (repeatable)")
-    p.add_argument("--master", help="Spark master (default: the session's, local[2] here)")
-    p.add_argument("--backend", choices=("auto", "rs", "jvm"), default=None,
-                   help="Delta backend (default: spark.sharestate.lake.backend, else auto)")
-    p.add_argument("--lease-wait", type=arguments.seconds, default=0.0, metavar="SECONDS",
-                   help="wait this long for the warehouse lease another writer holds "
-                        "(default: fail at once, exit 2)")
+    arguments.add_spark_arguments(p)
     p.add_argument("--run-id", metavar="ID",
                    help="run id to record in ingest_runs and each table commit (default: a "
                         "new one); a scheduler passes one per data interval to all four jobs. "
@@ -191,15 +184,12 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
         raise ArgumentError("--run-id cannot be empty")
     gold = options(args)
     try:
-        conf = arguments.key_values(args.conf, "--conf")
+        conf = arguments.spark_settings(args)
         kafka_options = arguments.key_values(args.kafka_option, "--kafka-option")
     except ValueError as exc:
         raise ArgumentError(str(exc)) from None
-    for warning in (arguments.secret_warnings(conf, "--conf")
-                    + arguments.secret_warnings(kafka_options, "--kafka-option")):
+    for warning in arguments.secret_warnings(kafka_options, "--kafka-option"):
         print(warning, file=sys.stderr)
-    if args.backend:
-        conf["spark.sharestate.lake.backend"] = args.backend
     try:
         resolve_conf(conf, master=args.master)  # bad settings: refused before any work
     except SettingError as exc:
