@@ -84,6 +84,7 @@ bench: $(STAMP) $(NATIVE_STAMP) ## run the benchmarks (records/s; figures in doc
 	$(BIN)/python bench/replay.py
 	$(BIN)/python bench/pipeline.py
 	$(BIN)/python bench/resync.py
+	$(BIN)/python bench/serve.py
 
 docs: $(STAMP) $(NATIVE_STAMP) ## regenerate docs/configuration.md from the code
 	$(BIN)/python -m sharestate.app.reference > docs/configuration.md

@@ -66,12 +66,23 @@ class Tailer(threading.Thread):
             self.consumer.assign([TopicPartition(t, p, self.starts.get((t, p), OFFSET_BEGINNING))
                                   for t, p in sorted(self.replays)])
             while not self.stopping.is_set():
-                self._feed(self.consumer.consume(CONSUME_MESSAGES, POLL_TIMEOUT_S))
+                self._feed(self._next())
         except (KafkaException, KafkaSourceError) as exc:
             self.failure = self.options.redact(f"reading the cluster: {exc}")
             LOG.error("%s", self.failure)
         finally:
             self.consumer.close()
+
+    def _next(self) -> list[Message]:
+        """What the consumer holds now (up to `CONSUME_MESSAGES`: big chunks while catching
+        up); when it holds nothing, the first message to arrive within `POLL_TIMEOUT_S` and
+        what came with it (a live record is applied as soon as it is fetched)."""
+        messages = self.consumer.consume(CONSUME_MESSAGES, 0)
+        if not messages:
+            messages = self.consumer.consume(1, POLL_TIMEOUT_S)
+            if messages:
+                messages += self.consumer.consume(CONSUME_MESSAGES - 1, 0)
+        return messages
 
     def _feed(self, messages: list[Message]) -> None:
         pending: dict[tuple[str, int], list[Message]] = {}
