@@ -164,10 +164,14 @@ def catch_up(records: int, options: list[str]
         produce(cluster, topic, partition, written)
     total = held(cluster, rows)
     service = Service(cluster.bootstrap, options)
-    seconds = service.wait_ready()
-    applied = service.applied()
-    assert applied == total, (applied, total)
-    rss, peak = service.memory_mb()
+    try:
+        seconds = service.wait_ready()
+        applied = service.applied()
+        assert applied == total, (applied, total)
+        rss, peak = service.memory_mb()
+    except BaseException:
+        service.stop()
+        raise
     figures = {"simulated": records, "records": total, "seconds": round(seconds, 2),
                "records_per_s": round(total / seconds), "rss_mb": round(rss, 1),
                "peak_rss_mb": round(peak, 1)}
