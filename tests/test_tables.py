@@ -14,6 +14,7 @@ from conftest import conformance_dir
 from sharestate.analytics.audit import ShareAuditor
 from sharestate.log import Batch, LogFinding, ReadLimits, discover, read_batches
 from sharestate.records import segment
+from sharestate.records.catalog import dialect as catalog_dialect
 from sharestate.records.segment import (
     QuietRun,
     decode_segment,
@@ -22,7 +23,7 @@ from sharestate.records.segment import (
 )
 from sharestate.replay.logs import END, AsOf, LogSource, partition_logs
 from sharestate.replay.share_log import ShareReplay, replay_share_log
-from sharestate.tables.arrow_log import COLUMNS, ArrowLog
+from sharestate.tables.arrow_log import COLUMNS, ArrowLog, consumed_chunk
 from sharestate.tables.bronze import Split, read_split
 from sharestate.tables.gold import history_batch
 from sharestate.tables.silver import group_rows, share_state_rows
@@ -147,6 +148,30 @@ def test_replay_from_bronze_rows_equals_replay_from_the_segment(path: Path) -> N
         rows = ArrowLog("__share_group_state", 0, records.to_batches(max_chunksize=7),
                         dialect)
         assert _replayed(rows, as_of) == expected
+
+
+@pytest.mark.parametrize("name", ["share_replay_small", "share_txn"])
+def test_consumed_records_make_the_batches_of_their_bronze_rows(name: str) -> None:
+    """`consumed_chunk` (the live service's path) gives the batches `ArrowLog` makes of the
+    same records as a consumer reads them (no batch columns, no control records): headers,
+    records and decodings, a record that does not decode included."""
+    records = _bronze_records(conformance_dir("kafka-4.4-dev") / f"{name}.log")
+    records = records.filter(pc.invert(records["is_control"]))
+    values = records["value"].to_pylist()
+    values[len(values) // 2] = b"\x00\x07garbage"
+    records = records.set_column(records.schema.get_field_index("value"), "value",
+                                 pa.array(values, pa.binary()))
+    dialect = records["dialect"][0].as_py()
+    consumed = records.select(["offset", "timestamp", "timestamp_type", "key", "value"])
+    live = consumed.append_column("position", pa.nulls(len(records), pa.int64()))
+    for name_ in COLUMNS:
+        if name_ not in live.column_names:
+            live = live.append_column(name_, pa.nulls(len(records), records[name_].type))
+    expected = list(ArrowLog("__share_group_state", 0, live.to_batches(), dialect).batches())
+    chunk = consumed_chunk("__share_group_state", catalog_dialect(dialect),
+                           *(consumed[c].to_pylist() for c in consumed.column_names))
+    assert list(chunk.batches()) == expected
+    assert any(kv.error is not None for b in expected for kv in b.decoded)
 
 
 @pytest.mark.parametrize("source", ["segment", "bronze"])

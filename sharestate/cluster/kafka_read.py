@@ -55,7 +55,8 @@ RAW_DDL = ("topic string not null, partition int not null, offset bigint not nul
            "headers array<struct<key: string, value: binary>>")
 BATCH_ROWS = 10_000
 POLL_TIMEOUT_S = 1.0
-_TIMESTAMP_TYPES = {TIMESTAMP_CREATE_TIME: CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME: LOG_APPEND_TIME}
+TIMESTAMP_TYPES = {TIMESTAMP_CREATE_TIME: CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME: LOG_APPEND_TIME}
+"""confluent_kafka's timestamp kinds by name (any other: `NO_TIMESTAMP_TYPE`)."""
 
 
 def _headers(message: Message) -> list[dict[str, object]]:
@@ -72,7 +73,7 @@ def messages_batch(rows: list[Message]) -> pa.RecordBatch:
         pa.array([m.partition() for m in rows], pa.int32()),
         pa.array([m.offset() for m in rows], pa.int64()),
         pa.array([ts for _, ts in timestamps], pa.int64()),
-        pa.array([_TIMESTAMP_TYPES.get(kind, NO_TIMESTAMP_TYPE) for kind, _ in timestamps]),
+        pa.array([TIMESTAMP_TYPES.get(kind, NO_TIMESTAMP_TYPE) for kind, _ in timestamps]),
         pa.array([m.key() for m in rows], pa.binary()),
         pa.array([m.value() for m in rows], pa.binary()),
         pa.array([_headers(m) for m in rows], HEADER_TYPE),

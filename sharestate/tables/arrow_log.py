@@ -181,6 +181,28 @@ def _chunk(data: pa.RecordBatch, starts: np.ndarray, schemas: Dialect, topic: st
     return _Chunk(headers, records, items, starts, ends, quiet)
 
 
+def consumed_chunk(topic: str, schemas: Dialect, offsets: list[int], timestamps: list[int],
+                   timestamp_types: list[str], keys: list[bytes | None],
+                   values: list[bytes | None]) -> _Chunk:
+    """The batches of consumed records (the columns a consumer sees, in offset order):
+    what `_chunk` gives for such rows without the batch columns, each record a batch of its
+    own, built straight from the columns (no Arrow table, no per-row header lookups)."""
+    n = len(offsets)
+    defaults = HEADER_DEFAULTS
+    headers = list(map(
+        BatchHeader, repeat(defaults["position"], n), offsets, offsets,
+        repeat(defaults["batch_size"], n), repeat(defaults["partition_leader_epoch"], n),
+        repeat(defaults["magic"], n), repeat(0, n), repeat(defaults["crc_valid"], n),
+        repeat(defaults["compression"], n), timestamp_types, timestamps, timestamps,
+        repeat(defaults["producer_id"], n), repeat(defaults["producer_epoch"], n),
+        repeat(-1, n), repeat(False, n), repeat(False, n), repeat(1, n), repeat(False, n)))
+    records = list(map(RawRecord, offsets, timestamps, repeat(-1, n), keys, values,
+                       repeat((), n)))
+    bounds = np.arange(n + 1)
+    return _Chunk(headers, records, list(decode_key_values(schemas, topic, records)),
+                  bounds[:-1], bounds[1:], np.ones(n, dtype=bool))
+
+
 def _flags(data: pa.RecordBatch, name: str, take: pa.Array) -> np.ndarray:
     """A boolean header column at each batch's first row (null: false)."""
     flags: np.ndarray = data.column(name).take(take).fill_null(False).to_numpy(

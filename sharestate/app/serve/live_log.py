@@ -1,11 +1,12 @@
 """One internal-topic partition that keeps growing, replayed as its records arrive.
 
 `LiveLog` is a `LogSource` whose batches never end: the tailer puts chunks of consumed
-records (Arrow batches of the raw schema) or end-of-partition marks on its queue, and each
-chunk is decoded by `ArrowLog`, exactly as the Spark replay task decodes the bronze rows
-of a live read. `PartitionReplay` runs the core's replay over it in a thread; the shared
-lock is held while a chunk's records apply, so a reader under the lock sees the state
-between chunks, never inside one.
+records (their columns) or end-of-partition marks on its queue, and each chunk is decoded
+by `arrow_log.consumed_chunk`, into the batches the Spark replay task makes of the bronze
+rows of a live read (each record a batch of its own), with the same record decoder.
+`PartitionReplay` runs the core's replay over it in a thread; the shared lock is held
+while a chunk's records apply, so a reader under the lock sees the state between chunks,
+never inside one.
 """
 
 from __future__ import annotations
@@ -14,40 +15,40 @@ import queue
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TypeAlias
-
-import pyarrow as pa
+from operator import itemgetter
+from typing import NamedTuple, TypeAlias, cast
 
 from sharestate.coordinator.shard import KAFKA
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
 from sharestate.log import LogFinding
 from sharestate.records.catalog import SHARE_STATE_TOPIC
+from sharestate.records.catalog import dialect as dialect_schemas
 from sharestate.records.detect import detect
 from sharestate.records.keyvalue import KeyValue
 from sharestate.records.segment import DecodedBatch, LogItem, QuietRun, record_finding
 from sharestate.replay.group_log import GroupLogResult, GroupReplay
 from sharestate.replay.share_log import ShareLogResult, ShareReplay
-from sharestate.tables.arrow_log import COLUMNS, ArrowLog
-from sharestate.tables.spec import table
+from sharestate.tables.arrow_log import consumed_chunk
 
-_BRONZE = table("log_records").arrow_schema()
 DETECT_SAMPLE = 64
 """Records of a partition's first chunk its dialect is detected from."""
-
-Chunk: TypeAlias = pa.RecordBatch | int
-"""Consumed records of one partition in offset order, or the offset its end was seen at."""
+_ERROR = itemgetter(5)  # KeyValue.error
 
 
-def bronze_rows(raw: pa.RecordBatch) -> pa.RecordBatch:
-    """Consumed rows (`sharestate.cluster.RAW_SCHEMA`) with the batch columns a consumer
-    cannot see added as nulls, as the bronze table holds a live read."""
-    names = list(raw.schema.names)
-    arrays = list(raw.columns)
-    for name in COLUMNS:
-        if name not in names:
-            names.append(name)
-            arrays.append(pa.nulls(raw.num_rows, _BRONZE.field(name).type))
-    return pa.RecordBatch.from_arrays(arrays, names=names)
+class Consumed(NamedTuple):
+    """Consumed records of one partition in offset order, by column (a consumer sees
+    neither batch boundaries nor batch headers)."""
+
+    offsets: list[int]
+    timestamps: list[int]
+    timestamp_types: list[str]
+    """CreateTime, LogAppendTime or NoTimestampType."""
+    keys: list[bytes | None]
+    values: list[bytes | None]
+
+
+Chunk: TypeAlias = Consumed | int
+"""Consumed records of one partition, or the offset its end was seen at."""
 
 
 class LiveLog:
@@ -58,6 +59,7 @@ class LiveLog:
         self.topic = topic
         self.partition = partition
         self.dialect = dialect
+        self.schemas = dialect_schemas(dialect)
         self.lock = lock
         self.progress = progress
         self.chunks: queue.SimpleQueue[Chunk | None] = queue.SimpleQueue()
@@ -85,9 +87,14 @@ class LiveLog:
                 if isinstance(chunk, int):
                     self.progress.reached(chunk)
                     continue
-                for item in ArrowLog(self.topic, self.partition, [bronze_rows(chunk)],
-                                     self.dialect).items():
-                    yield from self._with_failures(item)
+                batches = consumed_chunk(self.topic, self.schemas, *chunk)
+                # consumed records are all data records: their decodings are KeyValues
+                errors = list(map(_ERROR, cast(list[KeyValue], batches.decoded)))
+                if errors.count(None) == len(errors):  # every record decoded
+                    yield from batches.items()
+                else:
+                    for item in batches.items():
+                        yield from self._with_failures(item)
                 self.progress.consumed(chunk)
 
     def _with_failures(self, item: LogItem) -> Iterator[LogItem]:
@@ -117,11 +124,10 @@ class Progress:
     records: int = 0
     last_timestamp: int | None = None
 
-    def consumed(self, chunk: pa.RecordBatch) -> None:
-        offsets = chunk.column("offset")
-        self.position = max(self.position, int(offsets[-1].as_py()) + 1)
-        self.records += chunk.num_rows
-        self.last_timestamp = chunk.column("timestamp")[-1].as_py()
+    def consumed(self, chunk: Consumed) -> None:
+        self.position = max(self.position, chunk.offsets[-1] + 1)
+        self.records += len(chunk.offsets)
+        self.last_timestamp = chunk.timestamps[-1]
 
     def reached(self, end: int) -> None:
         """The consumer saw the partition's end at `end` (past trailing control records)."""
@@ -170,8 +176,7 @@ class PartitionReplay:
                 with self.lock:
                     self.progress.reached(chunk)
                 return
-            sample = zip(chunk.column("key").to_pylist()[:DETECT_SAMPLE],
-                         chunk.column("value").to_pylist()[:DETECT_SAMPLE], strict=True)
+            sample = zip(chunk.keys[:DETECT_SAMPLE], chunk.values[:DETECT_SAMPLE], strict=True)
             self._start(detect(sample, topic=self.topic,
                                dialect_name=self.options.dialect).dialect)
         assert self.log is not None

@@ -6,6 +6,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
+from itertools import compress, count, repeat
+from operator import is_not, ne
+from typing import cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -16,11 +19,16 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from sharestate.app.serve.live_log import PartitionReplay
+from sharestate.app.serve.live_log import Consumed, PartitionReplay
 from sharestate.cluster import KafkaReadOptions, KafkaSourceError
-from sharestate.cluster.kafka_read import messages_batch
+from sharestate.cluster.kafka_read import TIMESTAMP_TYPES
+from sharestate.log.batch import NO_TIMESTAMP_TYPE
 
 CONSUME_MESSAGES = 10_000
+CONSUMER_DEFAULTS = {"fetch.queue.backoff.ms": "10"}
+"""librdkafka settings a `--kafka-option` may override. While catching up the consumer's
+queue fills faster than the replays drain it; by default librdkafka then postpones the
+partition's next fetch by a whole second, here by 10 ms."""
 POLL_TIMEOUT_S = 0.1
 LOG = logging.getLogger("sharestate.serve")
 
@@ -57,12 +65,16 @@ class Tailer(threading.Thread):
         self.failure: str | None = None
         # earliest: a position the log start has passed (records deleted below Kafka's
         # prune point) resumes at the log start, never at its end
-        self.consumer = Consumer({**options.client_config("sharestate-serve"),
+        self.consumer = Consumer({**CONSUMER_DEFAULTS, **options.client_config("sharestate-serve"),
                                   "enable.partition.eof": "true",
                                   "auto.offset.reset": "earliest"})
 
     def run(self) -> None:
         try:
+            # the partitions' leaders known before they are assigned: an assigned partition
+            # without one waits librdkafka's 500 ms offset-query retry
+            for topic in sorted({topic for topic, _ in self.replays}):
+                self.consumer.list_topics(topic, timeout=self.options.timeout_ms / 1000)
             self.consumer.assign([TopicPartition(t, p, self.starts.get((t, p), OFFSET_BEGINNING))
                                   for t, p in sorted(self.replays)])
             while not self.stopping.is_set():
@@ -85,28 +97,53 @@ class Tailer(threading.Thread):
         return messages
 
     def _feed(self, messages: list[Message]) -> None:
+        """Hand each partition its messages, by column; an error message (an end of
+        partition) ends a run of its partition. The messages are read method by method over
+        the whole list (a consumed chunk is mostly long runs of one partition)."""
+        if not messages:
+            return
+        errors = list(map(Message.error, messages))
+        wheres = list(zip(map(Message.topic, messages), map(Message.partition, messages),
+                          strict=True))
         pending: dict[tuple[str, int], list[Message]] = {}
-        for message in messages:
-            error = message.error()
-            where = (str(message.topic()), int(message.partition() or 0))
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    self._flush(where, pending.pop(where, []))
-                    self.replays[where].feed(int(message.offset() or 0))
-                    continue
-                if error.fatal():
-                    raise KafkaSourceError(str(error))
+        start = 0
+        for end in [*_run_ends(wheres, errors), len(messages)]:
+            where = (str(wheres[start][0]), int(wheres[start][1] or 0))
+            error = errors[start]
+            if error is None:
+                pending.setdefault(where, []).extend(messages[start:end])
+            elif error.code() == KafkaError._PARTITION_EOF:
+                self._flush(where, pending.pop(where, []))
+                self.replays[where].feed(int(messages[start].offset() or 0))
+            elif error.fatal():
+                raise KafkaSourceError(str(error))
+            else:
                 LOG.warning("%s", self.options.redact(f"reading {where[0]}-{where[1]}: "
                                                       f"{error.str()}"))
-                continue
-            pending.setdefault(where, []).append(message)
+            start = end
         for where, rows in pending.items():
             self._flush(where, rows)
 
     def _flush(self, where: tuple[str, int], rows: list[Message]) -> None:
         if rows:
-            self.replays[where].feed(messages_batch(rows))
+            stamps = list(map(Message.timestamp, rows))
+            offsets = cast(list[int], list(map(Message.offset, rows)))  # set: not errors
+            self.replays[where].feed(Consumed(
+                offsets, [stamp for _, stamp in stamps],
+                [TIMESTAMP_TYPES.get(kind, NO_TIMESTAMP_TYPE) for kind, _ in stamps],
+                list(map(Message.key, rows)), list(map(Message.value, rows))))
 
     def stop(self) -> None:
         self.stopping.set()
         self.join(timeout=10)
+
+
+def _run_ends(wheres: list[tuple[str | None, int | None]],
+              errors: list[KafkaError | None]) -> list[int]:
+    """Where runs of messages end: the partition changes, or an error message stands
+    alone."""
+    ends = compress(count(1), map(ne, wheres[1:], wheres))
+    if not any(map(is_not, errors, repeat(None))):
+        return list(ends)
+    alone = (i for i, error in enumerate(errors) if error is not None for i in (i, i + 1))
+    return sorted({*ends, *(i for i in alone if 0 < i < len(errors))})
