@@ -366,6 +366,8 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
     if not find_tables(args.warehouse):
         raise UsageError(f"no Delta tables under {args.warehouse}")
+    if args.write and args.as_of_time is not None:
+        raise UsageError("--write changes the tables as they are now: not with --as-of-time")
     try:
         settings = arguments.spark_settings(args)
     except ValueError as exc:
@@ -381,7 +383,13 @@ def cmd_sql(args: argparse.Namespace) -> int:
         if args.write and open_lake(spark).backend != "jvm":
             raise UsageError("--write needs the jvm backend (Delta's SQL): Delta's jars on "
                              "the classpath and --backend jvm")
-        register_views(spark, args.warehouse, catalog=True)
+        registered = register_views(spark, args.warehouse, catalog=True,
+                                    as_of_time=args.as_of_time)
+        if args.as_of_time is not None:
+            absent = sorted(set(find_tables(args.warehouse)) - set(registered))
+            if absent:
+                print(f"not there yet at {_as_of_text(args)}: {', '.join(absent)}",
+                      file=sys.stderr)
         columns, rows = _run_statement(spark, args, delta_sql=open_lake(spark).backend == "jvm")
     with _output(args.output) as out:
         write_rows(out, rows, columns, args.format)
@@ -490,6 +498,9 @@ def _add_sql(sub: Any) -> None:
                               "DESCRIBE HISTORY; default: the session's, else auto)")
     command.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                          help="Spark setting (repeatable), as for run")
+    command.add_argument("--as-of-time", type=arguments.time, metavar="TIME",
+                         help="query every table as it was at this time (ISO 8601 or epoch "
+                              "ms): its last commit then; either backend")
     command.add_argument("--output", "-o", type=location, help="write here instead of stdout")
     command.add_argument("--write", action="store_true",
                          help="let the statement change the warehouse's Delta tables (jvm "

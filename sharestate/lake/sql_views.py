@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sharestate.lake.base import Lake
 from sharestate.lake.select import open_lake
 
 if TYPE_CHECKING:
@@ -34,19 +35,35 @@ def find_tables(warehouse: str | Path) -> dict[str, Path]:
     return dict(sorted(tables.items()))
 
 
+def version_at(lake: Lake, path: str | Path, time_ms: int) -> int | None:
+    """The table's version at `time_ms` (epoch ms): its last commit made then or before;
+    None when the table did not exist yet."""
+    made = [c.version for c in lake.history(str(path)) if c.timestamp_ms <= time_ms]
+    return max(made) if made else None
+
+
 def register_views(spark: SparkSession, warehouse: str | Path,
-                   backend: str | None = None, *, catalog: bool = False) -> list[str]:
+                   backend: str | None = None, *, catalog: bool = False,
+                   as_of_time: int | None = None) -> list[str]:
     """Register each table of `warehouse` by name; return the names, sorted.
 
     Temp views, except with `catalog` on the `jvm` backend: external Delta tables of the
     session catalog, so that Delta's SQL works on them (`VERSION AS OF`, `TIMESTAMP AS OF`,
-    `DESCRIBE HISTORY`). Registering writes nothing into the tables.
+    `DESCRIBE HISTORY`). With `as_of_time` (epoch ms), on either backend, each table as it
+    was then (its last commit at or before it), as temp views; a table that did not exist
+    yet is left out. Registering writes nothing into the tables.
     """
     lake = open_lake(spark, backend)
-    tables = find_tables(warehouse)
-    for name, path in tables.items():
-        if catalog and lake.backend == "jvm":
+    registered = []
+    for name, path in find_tables(warehouse).items():
+        if as_of_time is not None:
+            version = version_at(lake, path, as_of_time)
+            if version is None:
+                continue
+            lake.read(str(path), version=version).createOrReplaceTempView(name)
+        elif catalog and lake.backend == "jvm":
             spark.catalog.createTable(name, path=str(path), source="delta")
         else:
             lake.read(path).createOrReplaceTempView(name)
-    return list(tables)
+        registered.append(name)
+    return registered
