@@ -40,6 +40,7 @@ build_session("archive-probe", ui=False, conf={
 """
 
 
+@pytest.mark.slow
 def test_a_local_session_maps_the_archive_make_install_made(tmp_path: Path) -> None:
     """`make install` runs `python -m sharestate.spark.class_archive`; a session's JVM then loads
     Spark's classes from it (the JVM's class-load log names the archive as their source)."""

@@ -63,13 +63,11 @@ def cookbook_queries() -> list[str]:
 
 
 @pytest.mark.slow
-def test_cookbook_queries_run(tour: Path) -> None:
+def test_cookbook_queries_run(tour: Path, spark: Any) -> None:
     """Every cookbook query against the warehouse the README tour built (same group names
     as the demo's)."""
     from sharestate.lake import register_views
-    from sharestate.spark.session import build_session
 
-    spark = build_session("test-cookbook", ui=False)
     register_views(spark, tour)
     queries = cookbook_queries()
     assert len(queries) >= 7
@@ -113,13 +111,12 @@ def _history(warehouse: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
-def test_cookbook_progress_carries_each_share_partition_forward(tour: Path) -> None:
+def test_cookbook_progress_carries_each_share_partition_forward(tour: Path, spark: Any) -> None:
     """"Progress and lag over time": per group and time bucket, the sum of every live
     share-partition's SPSO as of the end of that bucket (its last state carried forward),
     computed here from the history rows; summing only the share-partitions that wrote in a
     bucket made progress seem to go backwards."""
     from sharestate.lake import register_views
-    from sharestate.spark.session import build_session
 
     width = 100  # the tour's log spans seconds: buckets where not every share-partition writes
     by_key: dict[tuple[str, str, int], list[tuple[int, int, bool, int]]] = {}
@@ -141,7 +138,6 @@ def test_cookbook_progress_carries_each_share_partition_forward(tour: Path) -> N
     expected = {key: (spso if live else None, live) for key, (spso, live) in totals.items()}
     idle = sum(1 for rows in by_key.values() for b in buckets if b not in {r[0] for r in rows})
     assert idle > len(buckets)  # share-partitions that wrote nothing in some bucket: carried
-    spark = build_session("test-cookbook", ui=False)
     register_views(spark, tour)
     query = cookbook_query("Progress and lag over time")
     assert "SELECT 60000 AS bucket_ms" in query
@@ -153,18 +149,16 @@ def test_cookbook_progress_carries_each_share_partition_forward(tour: Path) -> N
 
 
 @pytest.mark.slow
-def test_cookbook_poison_records_are_found(tour: Path) -> None:
+def test_cookbook_poison_records_are_found(tour: Path, spark: Any) -> None:
     """"Poison records": the tour's workload has records no consumer can process; each one
     archived at the delivery limit (5) anywhere in the history is one row."""
     from sharestate.lake import register_views
-    from sharestate.spark.session import build_session
 
     expected = {(r["group_id"], r["topic_id"], r["partition"], offset)
                 for r in _history(tour) if not r["deleted"]
                 for b in r["state_batches"] or []
                 if b["delivery_state"] == 4 and b["delivery_count"] >= 5
                 for offset in range(b["first_offset"], b["last_offset"] + 1)}
-    spark = build_session("test-cookbook", ui=False)
     register_views(spark, tour)
     got = {(r["group_id"], r["topic_id"], r["partition"], r["offset"])
            for r in spark.sql(cookbook_query("Poison records")).collect()}

@@ -33,6 +33,8 @@ from sharestate.cluster import (
 from sharestate.log import RawRecord, read_batches
 from sharestate.spark.kafka_source import RAW_STRUCT, register
 
+pytestmark = pytest.mark.slow
+
 TOPIC = "__share_group_state"
 PADDING = 1000  # the fixture's records start at offset 1000: pad so offsets match
 PASSWORD = "hunter2-Sesame-4711"

@@ -14,6 +14,8 @@ from pyspark import cloudpickle
 
 from sharestate.lake import Lake, Target, open_lake
 
+pytestmark = pytest.mark.slow
+
 EVENS = "n bigint not null, half bigint, part int not null"
 ODDS = "n bigint not null, tag string"
 

@@ -22,6 +22,8 @@ from sharestate.jars import delta_jars
 from sharestate.lake import Lake, delta_classes_loaded, open_lake
 from sharestate.spark.session import build_session
 
+pytestmark = pytest.mark.slow
+
 SCHEMA = ("topic string not null, partition int not null, offset bigint not null, "
           "day date, key binary, value binary")
 

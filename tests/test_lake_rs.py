@@ -17,6 +17,8 @@ from pyspark.sql import functions as F
 from sharestate.lake import Lake, delta_classes_loaded, open_lake, register_views
 from sharestate.lake.base import as_frame
 
+pytestmark = pytest.mark.slow
+
 SCHEMA = ("topic string not null, partition int not null, offset bigint not null, "
           "timestamp bigint, day date, key binary, value binary")
 Row = tuple[str, int, int, int | None, datetime.date, bytes | None, bytes | None]

@@ -38,10 +38,13 @@ def _limit(log: Path) -> list[str]:
             str(config["shareCoordinatorSnapshotUpdateRecordsPerSnapshot"])]
 
 
-def _share_logs() -> list[Path]:
+def _share_logs() -> list[Any]:
+    """Kafka's share-state fixtures; the large ones (the benchmark's) marked slow."""
     root = conformance_root()
-    return sorted([*root.glob("*/share_*.log"), *root.glob("*/share_*.log.gz")]) \
+    found = sorted([*root.glob("*/share_*.log"), *root.glob("*/share_*.log.gz")]) \
         if root.is_dir() else []
+    return [pytest.param(p, marks=[pytest.mark.slow] if "_large" in p.name else [])
+            for p in found]
 
 
 def _expected_partition(kafka: dict[str, Any]) -> dict[str, Any]:

@@ -39,6 +39,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     running.close()
 
 
+@pytest.mark.slow
 def test_every_answer_is_as_documented_and_none_a_server_error(service: Service,
                                                                tmp_path: Path) -> None:
     host, port = service.address

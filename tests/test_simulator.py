@@ -100,6 +100,7 @@ def _state_keys(result: SimulationResult) -> set[ShareKey]:
     return {key for states in result.final_state().values() for key in states}
 
 
+@pytest.mark.slow
 def test_a_million_records_round_trip(tmp_path: Path) -> None:
     started = time.perf_counter()
     result = simulate(SimulationConfig(records=1_000_000, seed=20260804), tmp_path)
