@@ -184,7 +184,9 @@ def _short(value: Any) -> str:
 
 
 BACKENDS = ("auto", "rs", "jvm")
-BACKEND_SETTING = "spark.sharestate.lake.backend"
+"""The Delta backends a job may ask for (`sharestate.lake.select` chooses among them)."""
+BACKEND_CONF = "spark.sharestate.lake.backend"
+"""The Spark setting that fixes the backend."""
 
 
 def add_spark_arguments(p: argparse.ArgumentParser) -> None:
@@ -207,5 +209,5 @@ def spark_settings(args: argparse.Namespace) -> dict[str, str]:
     for warning in secret_warnings(settings, "--conf"):
         print(warning, file=sys.stderr)
     if args.backend:
-        settings[BACKEND_SETTING] = args.backend
+        settings[BACKEND_CONF] = args.backend
     return settings

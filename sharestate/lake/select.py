@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sharestate.arguments import BACKEND_CONF as BACKEND_CONF  # the lake's setting, named once
+from sharestate.arguments import BACKENDS as BACKENDS
 from sharestate.lake.base import Lake
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-BACKENDS = ("auto", "rs", "jvm")
-BACKEND_CONF = "spark.sharestate.lake.backend"
 DELTA_CLASS = "io.delta.tables.DeltaTable"
 
 
