@@ -1,18 +1,20 @@
 """The live service (`sharestate serve`): how fast it catches up, how soon a write shows, and
 its memory against the log's length.
 
-The broker is librdkafka's mock cluster, held by this process (an in-memory broker on
-loopback: the consumer's fetches are real Kafka protocol, the storage is not a disk). The
-service is a `sharestate serve` process of its own, so its replays have one core while the
-cluster and the load run on the other.
+The broker is, by default, a real Apache Kafka broker (`--broker kafka`: single-node KRaft on
+loopback, started from the jars `make jars` caches, as the tests start it), or librdkafka's
+mock cluster (`--broker mock`: an in-memory broker held by this process; it keeps only about
+5 MB of each partition and holds every fetch for `fetch.wait.max.ms`). The service is a
+`sharestate serve` process of its own, so its replays have one core while the broker and the
+load run on the other.
 
 - catch-up: a simulated log (`bench/.cache/`, as `bench/replay.py` makes it, 4 state
-  partitions) is produced to a fresh cluster, the service started, and timed from
+  partitions) is written to a fresh cluster's internal topics (a real broker takes such
+  writes from a producer whose client.id is `__admin_client`; the topics are created
+  beforehand, never deleting or compacting), the service started, and timed from
   "listening" to `/readyz` 200; records/s is the internal-topic records applied over that
-  time (all the cluster holds: the mock keeps about 5 MB of each partition, some 60,000
-  share-state records, and trims the oldest beyond). Each log length runs in
-  a fresh cluster and service; the service's resident memory is read from /proc once it is
-  ready (and its peak).
+  time (all the cluster holds). Each log length runs in a fresh cluster and service; the
+  service's resident memory is read from /proc once it is ready (and its peak).
 - write-to-visible: after catch-up, share-state records are produced at `--rate` records/s
   (the simulated log's records again, spread over its partitions); among them, every
   50 ms, a ShareSnapshot of a probe share-partition whose start offset counts up. Polling
@@ -26,14 +28,17 @@ The last line printed is one JSON object with the figures.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,11 +55,11 @@ STATE_PARTITIONS = 4
 
 @dataclass
 class Cluster:
-    """A mock cluster (alive while `holder` is) and a producer to it."""
+    """A cluster (alive until `close`) and a producer that may write its internal topics."""
 
     bootstrap: str
     producer: Any
-    holder: Any
+    close: Callable[[], None]
 
 
 def mock_cluster() -> Cluster:
@@ -63,9 +68,51 @@ def mock_cluster() -> Cluster:
     holder = Producer({"test.mock.num.brokers": 1, "log_level": 3})
     brokers = holder.list_topics(timeout=10).brokers.values()
     bootstrap = ",".join(f"{b.host}:{b.port}" for b in brokers)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
-                         "queue.buffering.max.messages": 1_000_000})
-    return Cluster(bootstrap, producer, holder)
+
+    def close() -> None:
+        """The cluster lives as long as `holder`, which this keeps."""
+        holder.flush(0)
+
+    return Cluster(bootstrap, producer(bootstrap), close)
+
+
+def kafka_cluster(workdir: Path) -> Cluster:
+    """A real broker (the tests' `kafka_broker`, Kafka 4.3.1) with both internal topics
+    created: `STATE_PARTITIONS` and 3 partitions, kept whole (no retention, no compaction:
+    the simulated records are years old)."""
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    kafka_broker: Any = importlib.import_module("kafka_broker")
+
+    context = kafka_broker.running_broker(
+        kafka_broker.RELEASES["4.3"], workdir,
+        {"share.coordinator.state.topic.num.partitions": str(STATE_PARTITIONS),
+         "offsets.retention.minutes": str(7 * 24 * 60)})
+    broker = context.__enter__()
+    try:
+        kept = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1",
+                "segment.bytes": str(64 << 20)}
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for future in admin.create_topics([
+                NewTopic("__share_group_state", STATE_PARTITIONS, 1, config=kept),
+                NewTopic("__consumer_offsets", 3, 1, config=kept)]).values():
+            future.result()
+    except BaseException:
+        context.__exit__(None, None, None)
+        raise
+    return Cluster(broker.bootstrap, producer(broker.bootstrap),
+                   lambda: context.__exit__(None, None, None))
+
+
+def producer(bootstrap: str) -> Any:
+    """A producer the broker lets write internal topics (Kafka allows that to client id
+    `__admin_client` only)."""
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": bootstrap, "client.id": "__admin_client",
+                     "linger.ms": 5, "queue.buffering.max.messages": 1_000_000})
 
 
 Row = tuple[bytes | None, bytes | None, int]
@@ -154,37 +201,43 @@ class Service:
         self.process.wait(60)
 
 
-def catch_up(records: int, options: list[str]
+def catch_up(records: int, options: list[str], open_cluster: Callable[[], Cluster]
              ) -> tuple[dict[str, float], Service, Cluster, Rows]:
     """Produce a simulated log of `records` share-state records, start the service, time
     its catch-up. Returns the figures and the running service, cluster and records."""
     rows = log_records(simulated(records, STATE_PARTITIONS))
-    cluster = mock_cluster()
-    for (topic, partition), written in rows.items():
-        produce(cluster, topic, partition, written)
-    total = held(cluster, rows)
+    cluster = open_cluster()
+    try:
+        for (topic, partition), written in rows.items():
+            produce(cluster, topic, partition, written)
+        total = held(cluster, rows)
+    except BaseException:
+        cluster.close()
+        raise
     service = Service(cluster.bootstrap, options)
     try:
         seconds = service.wait_ready()
         applied = service.applied()
-        assert applied == total, (applied, total)
+        # a real broker's coordinators may append a few records of their own meanwhile
+        assert applied >= total, (applied, total)
         rss, peak = service.memory_mb()
     except BaseException:
         service.stop()
+        cluster.close()
         raise
-    figures = {"simulated": records, "records": total, "seconds": round(seconds, 2),
-               "records_per_s": round(total / seconds), "rss_mb": round(rss, 1),
+    figures = {"simulated": records, "records": applied, "seconds": round(seconds, 2),
+               "records_per_s": round(applied / seconds), "rss_mb": round(rss, 1),
                "peak_rss_mb": round(peak, 1)}
-    print(f"catch-up {total:>9,} records ({records:,} simulated): {seconds:6.2f} s, "
-          f"{total / seconds:9,.0f} records/s, RSS {rss:6.1f} MB (peak {peak:6.1f} MB)",
+    print(f"catch-up {applied:>9,} records ({records:,} simulated): {seconds:6.2f} s, "
+          f"{applied / seconds:9,.0f} records/s, RSS {rss:6.1f} MB (peak {peak:6.1f} MB)",
           flush=True)
     return figures, service, cluster, rows
 
 
 def held(cluster: Cluster, rows: Rows) -> int:
-    """Records the cluster holds of `rows` (the mock keeps about 5 MB a partition: it
-    trims the oldest beyond that, and the service reads from the log start, as Kafka's
-    coordinator does)."""
+    """Records the cluster holds of `rows` (all of them on a real broker; the mock keeps
+    about 5 MB a partition, trimming the oldest beyond that, and the service reads from the
+    log start, as Kafka's coordinator does)."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "bench"})
@@ -280,8 +333,10 @@ def live_latency(service: Service, cluster: Cluster, rows: Rows, rate: int,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--broker", choices=("kafka", "mock"), default="kafka",
+                        help="a real Kafka broker (default) or librdkafka's mock cluster")
     parser.add_argument("--records", type=int, nargs="+",
-                        default=[60_000, 120_000, 240_000],
+                        default=[250_000, 1_000_000, 2_000_000],
                         help="share-state records of each catch-up run (default %(default)s)")
     parser.add_argument("--rate", type=int, default=10_000,
                         help="live traffic, records/s (default %(default)s)")
@@ -289,20 +344,30 @@ def main() -> None:
                         help="how long the live traffic runs (default %(default)s)")
     parser.add_argument("--fetch-wait-ms", type=int,
                         help="the service consumer's fetch.wait.max.ms (default: librdkafka's "
-                             "500; the mock cluster holds every fetch that long)")
+                             "500; the mock cluster holds every fetch that long, a real "
+                             "broker only while it has nothing to send)")
     args = parser.parse_args()
     options = [] if args.fetch_wait_ms is None else [
         "--kafka-option", f"fetch.wait.max.ms={args.fetch_wait_ms}"]
-    results: dict[str, Any] = {"broker": "librdkafka mock cluster",
-                               "fetch_wait_ms": args.fetch_wait_ms or 500, "catch_up": []}
-    for index, records in enumerate(args.records):
-        figures, service, cluster, rows = catch_up(records, options)
-        results["catch_up"].append(figures)
-        try:
-            if index == len(args.records) - 1:
-                results["live"] = live_latency(service, cluster, rows, args.rate, args.seconds)
-        finally:
-            service.stop()
+    results: dict[str, Any] = {
+        "broker": "Apache Kafka 4.3.1" if args.broker == "kafka" else "librdkafka mock cluster",
+        "fetch_wait_ms": args.fetch_wait_ms or 500, "catch_up": []}
+    with tempfile.TemporaryDirectory(prefix="sharestate-bench-") as tmp:
+        for index, records in enumerate(args.records):
+            def open_cluster(index: int = index) -> Cluster:
+                if args.broker == "mock":
+                    return mock_cluster()
+                return kafka_cluster(Path(tmp) / f"broker-{index}")
+
+            figures, service, cluster, rows = catch_up(records, options, open_cluster)
+            results["catch_up"].append(figures)
+            try:
+                if index == len(args.records) - 1:
+                    results["live"] = live_latency(service, cluster, rows, args.rate,
+                                                   args.seconds)
+            finally:
+                service.stop()
+                cluster.close()
     print(json.dumps(results))
 
 

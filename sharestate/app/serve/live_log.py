@@ -32,6 +32,13 @@ from sharestate.tables.arrow_log import consumed_chunk
 
 DETECT_SAMPLE = 64
 """Records of a partition's first chunk its dialect is detected from."""
+BACKLOG_CHUNKS = 8
+"""Chunks a partition's queue holds before the tailer waits for its replay: while catching
+up the consumer reads faster than the replays apply, and an unbounded queue would hold the
+difference, growing with the log's length. A waiting tailer leaves librdkafka's own
+(bounded) fetch queue to fill, then it stops fetching."""
+HANDOVER_WAIT_S = 0.1
+"""How often a wait on a full queue checks that its replay still runs."""
 _ERROR = itemgetter(5)  # KeyValue.error
 
 
@@ -62,7 +69,7 @@ class LiveLog:
         self.schemas = dialect_schemas(dialect)
         self.lock = lock
         self.progress = progress
-        self.chunks: queue.SimpleQueue[Chunk | None] = queue.SimpleQueue()
+        self.chunks: queue.Queue[Chunk | None] = queue.Queue(BACKLOG_CHUNKS)
 
     @property
     def name(self) -> str:
@@ -179,8 +186,7 @@ class PartitionReplay:
             sample = zip(chunk.keys[:DETECT_SAMPLE], chunk.values[:DETECT_SAMPLE], strict=True)
             self._start(detect(sample, topic=self.topic,
                                dialect_name=self.options.dialect).dialect)
-        assert self.log is not None
-        self.log.chunks.put(chunk)
+        self._hand_over(chunk)
 
     def checkpoint(self) -> PartitionCheckpoint:
         """This partition as a checkpoint keeps it (call under the lock, between chunks)."""
@@ -229,7 +235,18 @@ class PartitionReplay:
     def group_result(self) -> GroupLogResult | None:
         return self.group.result if self.group is not None else None
 
+    def _hand_over(self, chunk: Chunk | None) -> None:
+        """Put `chunk` on the replay's queue once it has room; dropped if the replay thread
+        has ended (its failure is reported, and nothing would read it)."""
+        assert self.log is not None and self.thread is not None
+        while self.thread.is_alive():
+            try:
+                self.log.chunks.put(chunk, timeout=HANDOVER_WAIT_S)
+                return
+            except queue.Full:
+                continue
+
     def stop(self) -> None:
         if self.log is not None and self.thread is not None:
-            self.log.chunks.put(None)
+            self._hand_over(None)
             self.thread.join(timeout=10)
