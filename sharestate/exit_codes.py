@@ -18,6 +18,10 @@ QUALITY_NOT_RUN = 3
 """The quality gate could not run (no verdict on the data): retry it."""
 SQL_FAILED = 4
 """A `sharestate sql` query was refused or failed."""
+SERVE_FAILED = 5
+"""`sharestate serve` stopped because a partition's replay or the cluster reader failed
+(one line on stderr names which and why). No checkpoint of the failed state is written:
+restarted, it resumes from the last good one."""
 INTERNAL = 70
 """An unhandled exception: a bug (BSD's EX_SOFTWARE). Traceback, then one line."""
 

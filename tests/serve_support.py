@@ -18,8 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
+from conftest import conformance_dir
 
+from sharestate.app.cli import main
 from sharestate.log import RawRecord, read_batches
+from sharestate.log.builder import SegmentWriter, build_batch
+from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.simulate.simulation import SimulationConfig
 from sharestate.simulate.simulator import END_OFFSETS_FILE, simulate
 
@@ -57,6 +61,27 @@ def data_records(path: Path) -> list[RawRecord]:
         return [r for batch in read_batches(segment)
                 if hasattr(batch, "records") and not batch.header.is_control
                 for r in batch.records]
+
+
+def fixture_records(name: str) -> list[RawRecord]:
+    """A conformance fixture's data records, offsets renumbered from 0 (as a fresh topic
+    holds them)."""
+    records = data_records(conformance_dir("kafka-4.4-dev") / name)
+    return [r._replace(offset=i, sequence=-1) for i, r in enumerate(records)]
+
+
+def offline(tmp_path: Path, command: str, records: dict[str, list[RawRecord]]
+            ) -> list[dict[str, Any]]:
+    """`sharestate <command>` over segment files of `records` (one batch per 40 records;
+    partition 0 of the topic the command reads)."""
+    topic = CONSUMER_OFFSETS_TOPIC if command == "offsets" else SHARE_STATE_TOPIC
+    logs = tmp_path / command
+    with SegmentWriter(logs, topic, 0) as writer:
+        for start_at in range(0, len(records[topic]), 40):
+            writer.append(build_batch(records[topic][start_at:start_at + 40]))
+    out = tmp_path / f"{command}.jsonl"
+    assert main([command, str(logs), "--output", str(out)]) in (0, 1)  # 1: findings
+    return [json.loads(line) for line in out.read_text().splitlines()]
 
 
 def simulated(out: Path, records: int, seed: int = 0) -> dict[tuple[str, int], list[RawRecord]]:

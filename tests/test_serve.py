@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import conformance_dir
 from prometheus_client.parser import text_string_to_metric_families
-from serve_support import Cluster, data_records, eventually, mock_cluster
+from serve_support import Cluster, eventually, fixture_records, mock_cluster, offline
 from serve_support import get as get_from
 
 from sharestate.app.cli import main
@@ -28,19 +27,12 @@ from sharestate.app.serve.live_log import ReplayOptions
 from sharestate.app.serve.service import Service, start
 from sharestate.cluster import parse_options
 from sharestate.log import RawRecord
-from sharestate.log.builder import SegmentWriter, build_batch
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 
 PASSWORD = "s3cret-serve-password"
 FIXTURES = {SHARE_STATE_TOPIC: "share_codec_none.log",
             CONSUMER_OFFSETS_TOPIC: "consumer_offsets_records.log"}
 GARBAGE = (b"\x00\x63garbage-key", b"\x00\x01not-a-value")  # record type 99: unknown
-
-
-def fixture_records(name: str) -> list[RawRecord]:
-    """The fixture's data records, offsets renumbered from 0 (as a fresh topic holds them)."""
-    records = data_records(conformance_dir("kafka-4.4-dev") / name)
-    return [r._replace(offset=i, sequence=-1) for i, r in enumerate(records)]
 
 
 @pytest.fixture(scope="module")
@@ -68,19 +60,6 @@ def service(cluster: Cluster, records: dict[str, list[RawRecord]]) -> Iterator[S
 
 def get(service: Service, path: str) -> tuple[int, Any]:
     return get_from(service.address, path)
-
-
-def offline(tmp_path: Path, command: str, records: dict[str, list[RawRecord]]
-            ) -> list[dict[str, Any]]:
-    """`sharestate <command>` over segment files of `records` (one batch per 40 records)."""
-    topic = CONSUMER_OFFSETS_TOPIC if command == "offsets" else SHARE_STATE_TOPIC
-    logs = tmp_path / command
-    with SegmentWriter(logs, topic, 0) as writer:
-        for start_at in range(0, len(records[topic]), 40):
-            writer.append(build_batch(records[topic][start_at:start_at + 40]))
-    out = tmp_path / f"{command}.jsonl"
-    assert main([command, str(logs), "--output", str(out)]) in (0, 1)  # 1: findings
-    return [json.loads(line) for line in out.read_text().splitlines()]
 
 
 def test_serves_what_the_offline_commands_answer_also_for_records_arriving_later(

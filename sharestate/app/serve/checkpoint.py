@@ -309,10 +309,15 @@ class Checkpointer(threading.Thread):
                 self.write()
 
     def write(self) -> None:
-        """Write a checkpoint now (the replays wait while their state is encoded)."""
+        """Write a checkpoint now (the replays wait while their state is encoded); none once
+        a replay failed."""
         started = time.monotonic()
         try:
             with self.state.lock:
+                if self.state.failure() is not None:
+                    # a replay that failed may have applied part of a chunk it has not
+                    # counted: its state is not one to resume from
+                    return
                 records = self.state.records_applied()
                 positions = self.state.positions()
                 body = encode(self.state.checkpoint())
@@ -328,10 +333,12 @@ class Checkpointer(threading.Thread):
         LOG.debug("checkpoint %s: %d records applied, %d bytes, %.3f s", self.store.path,
                   records, size, self.took)
 
-    def close(self) -> None:
-        """Stop, write a last checkpoint (call once the replays stopped), free the directory."""
+    def close(self, *, write: bool = True) -> None:
+        """Stop, write a last checkpoint (call once the replays stopped) unless `write` is
+        false, free the directory."""
         self.stopping.set()
         if self.is_alive():
             self.join()
-        self.write()
+        if write:
+            self.write()
         self.store.close()

@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sharestate import __version__, arguments, exit_codes
 from sharestate.cluster.kafka_options import KAFKA_SCHEME
@@ -17,9 +17,14 @@ from sharestate.coordinator.shard import KAFKA, SEMANTICS
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
 from sharestate.locations import location
 
+if TYPE_CHECKING:
+    from sharestate.app.serve.service import Service
+
 DEFAULT_LISTEN = "127.0.0.1:8080"
 CHECKPOINT_RECORDS = 1_000_000
 CHECKPOINT_SECONDS = 60.0
+SUPERVISE_S = 0.5
+"""How often the command checks that the replays and the cluster reader still run."""
 
 
 def listen_address(text: str) -> tuple[str, int]:
@@ -69,9 +74,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until SIGTERM or SIGINT (exit 0); exit 2 when the cluster cannot be read or
-    the checkpoint directory cannot be used (another service holds it, or its checkpoint
-    was written for another cluster or other replay settings)."""
+    """Serve until SIGTERM or SIGINT (exit 0, a last checkpoint written); exit 2 when the
+    cluster cannot be read or the checkpoint directory cannot be used (another service holds
+    it, or its checkpoint was written for another cluster or other replay settings); exit 5
+    when a partition's replay or the cluster reader fails (one line on stderr says which and
+    why; no checkpoint of the failed state is written, so a restart resumes from the last
+    good one)."""
     from sharestate.app.serve.checkpoint import CheckpointRefused
     from sharestate.app.serve.live_log import ReplayOptions
     from sharestate.app.serve.service import CheckpointOptions, start
@@ -120,6 +128,21 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    stop.wait()
+    return supervise(service, stop)
+
+
+def supervise(service: Service, stop: threading.Event) -> int:
+    """Watch `service` until `stop` is set (close it, a last checkpoint written: exit 0) or
+    a partition's replay or the cluster reader fails: then one line on stderr saying which
+    and why, the service closed without a checkpoint (the failed state may hold part of a
+    chunk; a restart resumes from the last good checkpoint), exit `SERVE_FAILED`, so a
+    supervisor (systemd's Restart=on-failure, Kubernetes) restarts it."""
+    while not stop.wait(SUPERVISE_S):
+        failure = service.failure()
+        if failure is not None:
+            print(f"sharestate serve: stopping: {failure}; no checkpoint written "
+                  f"(a restart resumes from the last one)", file=sys.stderr, flush=True)
+            service.close(checkpoint=False)
+            return exit_codes.SERVE_FAILED
     service.close()
     return exit_codes.OK

@@ -57,13 +57,29 @@ class Service:
         host, port = self.server.server_address[:2]
         return str(host), int(port)
 
-    def close(self) -> None:
+    def failure(self) -> str | None:
+        """Why the service cannot go on, if it cannot: a partition's replay failed, or the
+        cluster reader did (or stopped) before `close`."""
+        return self.state.failure() or reader_failure(self.tailer)
+
+    def close(self, *, checkpoint: bool = True) -> None:
+        """Stop everything; write a last checkpoint unless `checkpoint` is false (after a
+        failure: a restart then resumes from the last good one)."""
         self.server.shutdown()
         self.server.server_close()
         self.tailer.stop()
         self.state.stop()
         if self.checkpointer is not None:
-            self.checkpointer.close()
+            self.checkpointer.close(write=checkpoint)
+
+
+def reader_failure(tailer: Tailer) -> str | None:
+    """Why the cluster reader failed or stopped, if it did (it stops only at `close`)."""
+    if tailer.failure is not None:
+        return f"the cluster reader failed ({tailer.failure})"
+    if tailer.stopping.is_set() or tailer.is_alive() or tailer.ident is None:
+        return None
+    return "the cluster reader stopped"
 
 
 def start(options: KafkaReadOptions, listen: tuple[str, int], replay: ReplayOptions,
@@ -118,7 +134,8 @@ def _serve(options: KafkaReadOptions, listen: tuple[str, int], replay: ReplayOpt
     checkpointer = None if store is None or checkpoints is None else Checkpointer(
         store, state, records=checkpoints.records, seconds=checkpoints.seconds,
         version=version)
-    server = make_server(listen, state, version, lambda: tailer.failure, checkpointer)
+    server = make_server(listen, state, version, lambda: reader_failure(tailer),
+                         checkpointer)
     tailer.start()
     if checkpointer is not None:
         checkpointer.start()

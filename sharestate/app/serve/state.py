@@ -84,7 +84,7 @@ class LiveState:
         """Why a replay thread died (an internal error), if one did."""
         for replay in self.replays.values():
             if replay.failure is not None:
-                return f"{replay.topic}-{replay.partition}: {replay.failure!r}"
+                return f"replay of {replay.topic}-{replay.partition} failed: {replay.failure!r}"
         return None
 
     def share_partitions(self, group: str | None = None) -> list[dict[str, Any]]:

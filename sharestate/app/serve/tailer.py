@@ -82,6 +82,9 @@ class Tailer(threading.Thread):
         except (KafkaException, KafkaSourceError) as exc:
             self.failure = self.options.redact(f"reading the cluster: {exc}")
             LOG.error("%s", self.failure)
+        except Exception as exc:  # a bug: the service stops (command.supervise)
+            self.failure = self.options.redact(f"internal error: {exc!r}")
+            LOG.exception("the cluster reader failed")
         finally:
             self.consumer.close()
 
