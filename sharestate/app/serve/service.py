@@ -130,7 +130,8 @@ def _serve(options: KafkaReadOptions, listen: tuple[str, int], replay: ReplayOpt
     state = LiveState(sorted(ranges), ends, replay, lambda: fetch_topic_ends(options),
                       retention_minutes, restored)
     tailer = Tailer(options, state.replays,
-                    {where: saved.progress.position for where, saved in restored.items()})
+                    {where: saved.progress.position for where, saved in restored.items()},
+                    state.add)
     checkpointer = None if store is None or checkpoints is None else Checkpointer(
         store, state, records=checkpoints.records, seconds=checkpoints.seconds,
         version=version)

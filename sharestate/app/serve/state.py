@@ -48,6 +48,7 @@ class LiveState:
                  retention_minutes: int,
                  restored: Mapping[tuple[str, int], PartitionCheckpoint] | None = None) -> None:
         self.lock = threading.Lock()
+        self.options = options
         self.replays = {where: PartitionReplay(*where, self.lock, options)
                         for where in sorted(partitions)}
         for where, saved in (restored or {}).items():
@@ -61,6 +62,16 @@ class LiveState:
         for (topic, _), replay in self.replays.items():
             if topic == SHARE_STATE_TOPIC and (result := replay.share_result) is not None:
                 yield result
+
+    def add(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], PartitionReplay]:
+        """Replays of partitions that appeared after the start (not yet fed). `replays` is
+        replaced by a new dict, never changed in place: a reader without the lock iterates
+        the old one or the new one, whole."""
+        new = {where: PartitionReplay(*where, self.lock, self.options)
+               for where in partitions if where not in self.replays}
+        with self.lock:
+            self.replays = dict(sorted({**self.replays, **new}.items()))
+        return new
 
     def readiness(self) -> Readiness:
         with self.lock:

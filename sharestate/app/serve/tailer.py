@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from itertools import compress, count, repeat
 from operator import is_not, ne
 from typing import cast
@@ -23,6 +24,7 @@ from sharestate.app.serve.live_log import Consumed, PartitionReplay
 from sharestate.cluster import KafkaReadOptions, KafkaSourceError
 from sharestate.cluster.kafka_read import TIMESTAMP_TYPES
 from sharestate.log.batch import NO_TIMESTAMP_TYPE
+from sharestate.log.discovery import INTERNAL_TOPICS
 
 CONSUME_MESSAGES = 10_000
 CONSUMER_DEFAULTS = {"fetch.queue.backoff.ms": "10"}
@@ -30,9 +32,14 @@ CONSUMER_DEFAULTS = {"fetch.queue.backoff.ms": "10"}
 queue fills faster than the replays drain it; by default librdkafka then postpones the
 partition's next fetch by a whole second, here by 10 ms."""
 POLL_TIMEOUT_S = 0.1
+NEW_PARTITIONS_S = 5.0
+"""How often the tailer asks the cluster for internal-topic partitions that appeared since
+it started (a topic created, e.g. `__share_group_state` when a share group is first used,
+or partitions added)."""
 LOG = logging.getLogger("sharestate.serve")
 
 Partitions = Mapping[tuple[str, int], PartitionReplay]
+AddPartitions = Callable[[list[tuple[str, int]]], Partitions]
 
 
 def watermarks(consumer: Consumer, topics: tuple[str, ...], timeout_s: float
@@ -53,14 +60,18 @@ def watermarks(consumer: Consumer, topics: tuple[str, ...], timeout_s: float
 
 class Tailer(threading.Thread):
     """Reads the partitions of `replays` from `starts` (default: the beginning) and feeds
-    them; a partition's end, once reached, is fed as an end mark."""
+    them; a partition's end, once reached, is fed as an end mark. Every `NEW_PARTITIONS_S`
+    it looks for internal-topic partitions that appeared, has `add` make their replays
+    and reads them from their log start."""
 
     def __init__(self, options: KafkaReadOptions, replays: Partitions,
-                 starts: Mapping[tuple[str, int], int] | None = None) -> None:
+                 starts: Mapping[tuple[str, int], int] | None = None,
+                 add: AddPartitions | None = None) -> None:
         super().__init__(name="tailer", daemon=True)
         self.options = options
-        self.replays = replays
+        self.replays = dict(replays)
         self.starts = dict(starts or {})
+        self.add = add
         self.stopping = threading.Event()
         self.failure: str | None = None
         # earliest: a position the log start has passed (records deleted below Kafka's
@@ -77,8 +88,12 @@ class Tailer(threading.Thread):
                 self.consumer.list_topics(topic, timeout=self.options.timeout_ms / 1000)
             self.consumer.assign([TopicPartition(t, p, self.starts.get((t, p), OFFSET_BEGINNING))
                                   for t, p in sorted(self.replays)])
+            look = time.monotonic() + NEW_PARTITIONS_S
             while not self.stopping.is_set():
                 self._feed(self._next())
+                if self.add is not None and time.monotonic() >= look:
+                    self._pick_up_new_partitions()
+                    look = time.monotonic() + NEW_PARTITIONS_S
         except (KafkaException, KafkaSourceError) as exc:
             self.failure = self.options.redact(f"reading the cluster: {exc}")
             LOG.error("%s", self.failure)
@@ -87,6 +102,30 @@ class Tailer(threading.Thread):
             LOG.exception("the cluster reader failed")
         finally:
             self.consumer.close()
+
+    def _pick_up_new_partitions(self) -> None:
+        """Read the internal topics' partitions the cluster has and the tailer does not,
+        from their log start (a cluster that does not answer now is asked again later)."""
+        assert self.add is not None
+        found: list[tuple[str, int]] = []
+        try:
+            for topic in INTERNAL_TOPICS:
+                described = self.consumer.list_topics(
+                    topic, timeout=self.options.timeout_ms / 1000).topics.get(topic)
+                if described is not None and described.error is None:
+                    found.extend((topic, p) for p in described.partitions
+                                 if (topic, p) not in self.replays)
+            if not found:
+                return
+            added = self.add(sorted(found))
+            self.replays.update(added)
+            self.consumer.incremental_assign([TopicPartition(t, p, OFFSET_BEGINNING)
+                                              for t, p in sorted(added)])
+        except KafkaException as exc:
+            LOG.warning("%s", self.options.redact(f"looking for new partitions: {exc}"))
+            return
+        LOG.info("reading %d new partitions from their log start: %s", len(added),
+                 ", ".join(f"{t}-{p}" for t, p in sorted(added)))
 
     def _next(self) -> list[Message]:
         """What the consumer holds now (up to `CONSUME_MESSAGES`: big chunks while catching
