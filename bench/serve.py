@@ -13,7 +13,8 @@ load run on the other.
   writes from a producer whose client.id is `__admin_client`; the topics are created
   beforehand, never deleting or compacting), the service started, and timed from
   "listening" to `/readyz` 200; records/s is the internal-topic records applied over that
-  time (all the cluster holds). Each log length runs in a fresh cluster and service; the
+  time (all the cluster holds); meanwhile `/readyz` and `/v1/share-partitions` are asked
+  in a loop, each answer timed. Each log length runs in a fresh cluster and service; the
   service's resident memory is read from /proc once it is ready (and its peak).
 - write-to-visible: after catch-up, share-state records are produced at `--rate` records/s
   (the simulated log's records again, spread over its partitions); among them, every
@@ -176,13 +177,34 @@ class Service:
         except urllib.error.HTTPError as error:
             return error.code, error.read()
 
-    def wait_ready(self) -> float:
-        """Seconds from "listening" to /readyz 200."""
-        while self.get("/readyz")[0] != 200:
-            if self.process.poll() is not None:
-                raise SystemExit(f"sharestate serve exited {self.process.returncode}")
-            time.sleep(0.02)
-        return time.perf_counter() - self.listening
+    def wait_ready(self) -> tuple[float, dict[str, list[float]]]:
+        """Seconds from "listening" to /readyz 200, and how long each answer of /readyz and
+        of /v1/share-partitions (asked in a loop meanwhile) took."""
+        took: dict[str, list[float]] = {"/readyz": [], "/v1/share-partitions": []}
+        ready = threading.Event()
+
+        def timed(path: str) -> int:
+            asked = time.perf_counter()
+            status = self.get(path)[0]
+            took[path].append(time.perf_counter() - asked)
+            return status
+
+        def read_state() -> None:
+            while not ready.is_set():
+                timed("/v1/share-partitions")
+                time.sleep(0.02)
+
+        reader = threading.Thread(target=read_state)
+        reader.start()
+        try:
+            while timed("/readyz") != 200:
+                if self.process.poll() is not None:
+                    raise SystemExit(f"sharestate serve exited {self.process.returncode}")
+                time.sleep(0.02)
+            return time.perf_counter() - self.listening, took
+        finally:
+            ready.set()
+            reader.join()
 
     def applied(self) -> int:
         text = self.get("/metrics")[1].decode()
@@ -216,7 +238,7 @@ def catch_up(records: int, options: list[str], open_cluster: Callable[[], Cluste
         raise
     service = Service(cluster.bootstrap, options)
     try:
-        seconds = service.wait_ready()
+        seconds, took = service.wait_ready()
         applied = service.applied()
         # a real broker's coordinators may append a few records of their own meanwhile
         assert applied >= total, (applied, total)
@@ -228,9 +250,15 @@ def catch_up(records: int, options: list[str], open_cluster: Callable[[], Cluste
     figures = {"simulated": records, "records": applied, "seconds": round(seconds, 2),
                "records_per_s": round(applied / seconds), "rss_mb": round(rss, 1),
                "peak_rss_mb": round(peak, 1)}
+    for path, name in (("/readyz", "readyz"), ("/v1/share-partitions", "share_partitions")):
+        figures[f"{name}_p50_ms"] = round(statistics.median(took[path]) * 1000, 1)
+        figures[f"{name}_max_ms"] = round(max(took[path]) * 1000, 1)
     print(f"catch-up {applied:>9,} records ({records:,} simulated): {seconds:6.2f} s, "
-          f"{applied / seconds:9,.0f} records/s, RSS {rss:6.1f} MB (peak {peak:6.1f} MB)",
-          flush=True)
+          f"{applied / seconds:9,.0f} records/s, RSS {rss:6.1f} MB (peak {peak:6.1f} MB); "
+          f"answers meanwhile: /readyz p50 {figures['readyz_p50_ms']:g} ms, max "
+          f"{figures['readyz_max_ms']:g} ms, /v1/share-partitions p50 "
+          f"{figures['share_partitions_p50_ms']:g} ms, max "
+          f"{figures['share_partitions_max_ms']:g} ms", flush=True)
     return figures, service, cluster, rows
 
 

@@ -155,6 +155,15 @@ def test_the_credential_shows_in_no_answer_and_no_log(
     assert PASSWORD not in repr(service.tailer.options)
 
 
+def test_probes_answer_while_the_replays_hold_the_state_lock(service: Service) -> None:
+    """/readyz and /healthz read only positions and failures: a replay applying a chunk
+    (holding the lock) does not hold them up."""
+    eventually(lambda: get(service, "/readyz")[0] == 200)
+    with service.state.lock:
+        assert get(service, "/readyz")[0] == 200
+        assert get(service, "/healthz") == (200, {"status": "up"})
+
+
 def test_bad_arguments_exit_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--source", "http://x:1"]) == 2
     assert main(["serve", "--source", "kafka://127.0.0.1:1", "--listen", "nowhere"]) == 2

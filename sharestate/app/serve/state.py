@@ -74,10 +74,14 @@ class LiveState:
         return new
 
     def readiness(self) -> Readiness:
-        with self.lock:
-            behind = sum(max(end - self.replays[where].progress.position, 0)
-                         for where, end in self.start_ends.items())
-        return Readiness(behind == 0, behind, len(self.replays))
+        """How far from the end seen at start, read without the lock (a readiness probe
+        must not wait behind replays applying chunk after chunk): each partition's position
+        is one int attribute, replaced whole and only ever growing, so the sum is of values
+        the positions really had, and `replays` is never changed in place (`add`)."""
+        replays = self.replays
+        behind = sum(max(end - replays[where].progress.position, 0)
+                     for where, end in self.start_ends.items())
+        return Readiness(behind == 0, behind, len(replays))
 
     def positions(self) -> dict[tuple[str, int], int]:
         """The next offset to read of each partition (call under the lock)."""
@@ -92,7 +96,8 @@ class LiveState:
         return {where: replay.checkpoint() for where, replay in self.replays.items()}
 
     def failure(self) -> str | None:
-        """Why a replay thread died (an internal error), if one did."""
+        """Why a replay thread died (an internal error), if one did; without the lock
+        (`failure` is set once, `replays` never changed in place)."""
         for replay in self.replays.values():
             if replay.failure is not None:
                 return f"replay of {replay.topic}-{replay.partition} failed: {replay.failure!r}"
