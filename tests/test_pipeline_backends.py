@@ -2,25 +2,28 @@
 the tables `rs` writes, Kafka's states among them, and a warehouse started by one backend is
 continued by the other (an incremental ingest, a re-run) as if one backend had done it all.
 
-Each run is its own process (`python -m sharestate.spark.run --backend ...`): a JVM for the
-`jvm` backend starts with Delta's jars, which a JVM already running in this process lacks.
+The `rs` runs use the session's Spark (`sharestate.spark.run.main`, the backend it picks
+without Delta's classes); the `jvm` runs are one process of their own, which runs the same
+`main` once per run: a JVM for the `jvm` backend starts with Delta's jars, which the JVM
+already running in this process lacks.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import conformance_dir, under_ci
+from one_process import call_in_one_process
 from test_pipeline import OFFSET_FILES, SHARE_FILES, _kafka_partition, layout
 
+from sharestate.app.cli import main as cli_main
 from sharestate.jars import delta_jars
 from sharestate.lake import find_tables, open_lake
+from sharestate.spark.run import main as run_all
 
 pytestmark = pytest.mark.slow
 
@@ -39,13 +42,24 @@ def spark(spark: Any) -> Any:
     return spark
 
 
-def run(source: Path, warehouse: Path, backend: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "sharestate.spark.run", "--source", str(source), "--warehouse",
-         str(warehouse), "--backend", backend, "--snapshot-update-records", "5",
-         "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false"],
-        capture_output=True, text=True, timeout=900)
-    assert done.returncode in (0, 1), done.stderr[-3000:]
+def _argv(source: Path, warehouse: Path) -> list[str]:
+    return ["--source", str(source), "--warehouse", str(warehouse),
+            "--snapshot-update-records", "5"]
+
+
+def run_rs(spark: Any, source: Path, warehouse: Path) -> None:
+    """A run on the session's Spark, which has no Delta classes: the `rs` backend."""
+    assert open_lake(spark).backend == "rs"
+    assert run_all(_argv(source, warehouse)) in (0, 1)
+
+
+def run_jvm(*runs: tuple[Path, Path]) -> None:
+    """`(source, warehouse)` runs on the `jvm` backend, in order, in one process."""
+    calls = call_in_one_process("sharestate.spark.run", [
+        [*_argv(source, warehouse), "--backend", "jvm", "--conf", "spark.ui.enabled=false",
+         "--conf", "spark.ui.showConsoleProgress=false"] for source, warehouse in runs])
+    assert all(status in (0, 1) for status in calls.statuses), calls.stderr[-3000:]
+    assert calls.stdout.count("tables in ") == len(runs), calls.stdout[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -71,14 +85,13 @@ def warehouses(spark: Any, sources: tuple[Path, Path],
     first, later = sources
     made = {name: tmp_path_factory.mktemp(name) / "wh"
             for name in ("rs", "rs_first", "jvm", "rs_then_jvm", "jvm_then_rs")}
-    run(first, made["rs"], "rs")
-    run(first, made["jvm"], "jvm")
+    run_rs(spark, first, made["rs"])
     shutil.copytree(made["rs"], made["rs_first"])
     shutil.copytree(made["rs"], made["rs_then_jvm"])
+    run_jvm((first, made["jvm"]), (later, made["rs_then_jvm"]))
     shutil.copytree(made["jvm"], made["jvm_then_rs"])
-    run(later, made["rs_then_jvm"], "jvm")
-    run(later, made["jvm_then_rs"], "rs")
-    run(later, made["rs"], "rs")  # the reference for the continued warehouses
+    run_rs(spark, later, made["jvm_then_rs"])
+    run_rs(spark, later, made["rs"])  # the reference for the continued warehouses
     return made
 
 
@@ -143,14 +156,16 @@ def _last_commit_ms(spark: Any, warehouse: Path) -> int:
 QUERY = "SELECT group_id, topic_id, partition, start_offset FROM share_partition_state"
 
 
-def _rows(lines: str) -> list[str]:
-    return sorted(json.dumps(json.loads(line), sort_keys=True) for line in lines.splitlines())
+def _rows(path: Path) -> list[str]:
+    return sorted(json.dumps(json.loads(line), sort_keys=True)
+                  for line in path.read_text("utf-8").splitlines())
 
 
-def test_sql_as_of_time_reads_the_warehouse_as_it_was(spark: Any,
-                                                      warehouses: dict[str, Path]) -> None:
+def test_sql_as_of_time_reads_the_warehouse_as_it_was(spark: Any, warehouses: dict[str, Path],
+                                                      tmp_path: Path) -> None:
     """A warehouse continued a day later, queried as of the end of its first day, answers
-    what the first day's warehouse answers — on the backend that wrote neither half too."""
+    what the first day's warehouse answers — on the backend that wrote neither half too.
+    `sharestate sql` on the session's Spark for `rs`, in a process of its own for `jvm`."""
     lake = open_lake(spark, "rs")
     for first, continued, backend in (("jvm", "jvm_then_rs", "jvm"),
                                       ("rs_first", "rs_then_jvm", "rs")):
@@ -159,12 +174,15 @@ def test_sql_as_of_time_reads_the_warehouse_as_it_was(spark: Any,
         expected = sorted(json.dumps(r.asDict(), sort_keys=True) for r in lake.read(
             str(warehouses[first] / "share_partition_state")).select(
             "group_id", "topic_id", "partition", "start_offset").collect())
-        argv = [sys.executable, "-m", "sharestate", "sql", "--warehouse",
-                str(warehouses[continued]), "--backend", backend, "--format", "jsonl"]
-        done = subprocess.run([*argv, "--as-of-time", str(then), QUERY], capture_output=True,
-                              text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-2000:]
-        assert _rows(done.stdout) == expected, (continued, backend)
-        now = subprocess.run([*argv, QUERY], capture_output=True, text=True, timeout=600)
-        assert now.returncode == 0, now.stderr[-2000:]
-        assert len(_rows(now.stdout)) > len(expected)  # the second day added a partition
+        past, now = tmp_path / f"{continued}-then.jsonl", tmp_path / f"{continued}-now.jsonl"
+        argv = ["sql", "--warehouse", str(warehouses[continued]), "--backend", backend,
+                "--format", "jsonl"]
+        queries = [[*argv, "--output", str(past), "--as-of-time", str(then), QUERY],
+                   [*argv, "--output", str(now), QUERY]]
+        if backend == "jvm":
+            calls = call_in_one_process("sharestate.app.cli", queries)
+            assert calls.statuses == [0, 0], calls.stderr[-2000:]
+        else:
+            assert [cli_main(query) for query in queries] == [0, 0]
+        assert _rows(past) == expected, (continued, backend)
+        assert len(_rows(now)) > len(expected)  # the second day added a partition

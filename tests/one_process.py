@@ -1,0 +1,52 @@
+"""Several calls of an entry point (`sharestate.spark.run.main`, `sharestate.app.cli.main`)
+in one Python process of their own, in order: one JVM for all of them, started with the
+settings the first call asks for (the `jvm` backend's Delta jars, which the test process's
+JVM lacks). The calls after the first join its session, as a second `main` in a
+spark-submit'ed script would, with an empty session catalog, as in a process of their own
+(`sharestate sql` registers the warehouse's tables there: as temporary views, or on the
+`jvm` backend as external tables).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+CALLS = """import importlib, json, sys
+from pyspark.sql import SparkSession
+main = importlib.import_module(sys.argv[1]).main
+for argv in json.loads(sys.argv[2]):
+    status = main(argv)
+    print(f"{sys.argv[3]} {status}", flush=True)
+    session = SparkSession.getActiveSession()
+    for table in session.catalog.listTables() if session is not None else []:
+        if table.isTemporary:
+            session.catalog.dropTempView(table.name)
+        else:  # an external table (`sql` on jvm): its data stays
+            session.sql(f"DROP TABLE `{table.name}`")
+"""
+EXIT = "one_process: exit"
+
+
+@dataclass
+class Calls:
+    """What the calls did: each one's exit status, and the process's output."""
+
+    statuses: list[int]
+    stdout: str
+    stderr: str
+
+
+def call_in_one_process(module: str, argvs: Sequence[Sequence[str]]) -> Calls:
+    """Call `module.main(argv)` for each of `argvs`, in order, whatever each returns."""
+    done = subprocess.run(
+        [sys.executable, "-c", CALLS, module, json.dumps([list(a) for a in argvs]), EXIT],
+        capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    statuses = [int(line.removeprefix(EXIT)) for line in done.stdout.splitlines()
+                if line.startswith(EXIT)]
+    assert len(statuses) == len(argvs), done.stdout[-2000:] + done.stderr[-3000:]
+    return Calls(statuses, done.stdout, done.stderr)
