@@ -183,10 +183,11 @@ def test_write_needs_the_jvm_backend(warehouse: Path,
 def test_write_changes_delta_tables_under_the_lease(spark: Any, warehouse: Path,
                                                     tmp_path: Path) -> None:
     """--write on the jvm backend: Delta's DELETE runs (and only there); Delta's own SQL then
-    sees the table's history and reads the version before the DELETE."""
+    sees the table's history and reads the version before the DELETE. The four statements
+    run in order in one process (a JVM with Delta's jars)."""
     import shutil
-    import subprocess
-    import sys
+
+    from one_process import call_in_one_process
 
     from sharestate.jars import delta_jars
 
@@ -194,32 +195,28 @@ def test_write_changes_delta_tables_under_the_lease(spark: Any, warehouse: Path,
         pytest.skip("Delta's jars are not in the jar cache (make jars)")
     copy = tmp_path / "wh"
     shutil.copytree(warehouse, copy)
-
-    def sql(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "sharestate", "sql", "--warehouse",
-                               str(copy), "--backend", "jvm", "--format", "jsonl", *args],
-                              text=True, capture_output=True, timeout=600)
-
     before = _redelivery(spark, copy)
-    refused = sql("DELETE FROM redelivery")
-    assert refused.returncode == REFUSED and "DELETE" in refused.stderr
-    assert _redelivery(spark, copy) == before
-    done = sql("--write", "DELETE FROM redelivery WHERE records > 1")
-    assert done.returncode == 0, done.stderr
+    previous = max(c.version for c in open_lake(spark).history(str(copy / "redelivery")))
+    history, old = tmp_path / "history.jsonl", tmp_path / "old.jsonl"
+    sql = ["sql", "--warehouse", str(copy), "--backend", "jvm", "--format", "jsonl"]
+    calls = call_in_one_process("sharestate.app.cli", [
+        [*sql, "DELETE FROM redelivery"],
+        [*sql, "--write", "DELETE FROM redelivery WHERE records > 1"],
+        [*sql, "--output", str(history), "DESCRIBE HISTORY redelivery"],
+        [*sql, "--output", str(old), f"SELECT * FROM redelivery VERSION AS OF {previous}"]])
+    assert calls.statuses == [REFUSED, 0, 0, 0], calls.stderr[-3000:]
+    errors = [line for line in calls.stderr.splitlines() if line.startswith("sharestate")]
+    assert len(errors) == 1 and "DELETE" in errors[0], calls.stderr[-3000:]
     after = _redelivery(spark, copy)
     assert after == [r for r in before if json.loads(r)["records"] <= 1] and after != before
 
-    history = sql("DESCRIBE HISTORY redelivery")
-    assert history.returncode == 0, history.stderr
-    commits = [json.loads(line) for line in history.stdout.splitlines()]
+    commits = [json.loads(line) for line in history.read_text("utf-8").splitlines()]
     assert [c["version"] for c in commits] == [c.version for c in
                                               open_lake(spark).history(str(copy / "redelivery"))]
-    assert commits[0]["operation"] == "DELETE"
-    previous = commits[1]["version"]
-    old = sql(f"SELECT * FROM redelivery VERSION AS OF {previous}")
-    assert old.returncode == 0, old.stderr
+    # one commit after the table as it was: the refused DELETE wrote nothing, --write's did
+    assert commits[0]["operation"] == "DELETE" and commits[1]["version"] == previous
     assert sorted(json.dumps(json.loads(line), sort_keys=True)
-                  for line in old.stdout.splitlines()) == before
+                  for line in old.read_text("utf-8").splitlines()) == before
 
 
 def test_time_travel_on_rs_says_how_to_get_it(warehouse: Path,
