@@ -1,7 +1,8 @@
 """Concurrent writers on one warehouse, as real processes: the warehouse lease lets one write
 at a time. Two runs started together leave the tables equal to one run's (the second waits,
 then finds nothing new), or the second fails at once with one line and writes nothing; a
-holder killed with -9 leaves no stale lease. Both Delta backends where they run."""
+holder killed with -9 leaves no stale lease. Runs started together on either Delta backend
+where it runs: an `rs` run with another `rs` run, and with a `jvm` run."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from sharestate.jars import delta_jars
 from sharestate.lake import open_lake
 from sharestate.lake.lease import LEASE_FILE, holder
 from sharestate.simulate import SimulationConfig, simulate
+from sharestate.spark.run import main as run_all
 
 pytestmark = pytest.mark.slow
 TABLES = ("log_records", "decode_errors", "share_state_records", "group_records",
@@ -36,9 +38,11 @@ def _delta_jars() -> list[str]:
             if path.name.startswith(("delta-spark_", "delta-storage-"))] if delta.present else []
 
 
-BACKENDS = [pytest.param("rs"),
-            pytest.param("jvm", marks=pytest.mark.skipif(
-                not _delta_jars(), reason="Delta's jars are not in the jar cache (make jars)"))]
+PAIRS = [pytest.param(("rs", "rs"), id="rs"),
+         pytest.param(("rs", "jvm"), id="rs+jvm", marks=pytest.mark.skipif(
+             not _delta_jars(), reason="Delta's jars are not in the jar cache (make jars)"))]
+"""The two runs' backends: the lease is taken alike on either (a writer on one backend
+excludes one on the other); whichever waits then continues the warehouse on its own."""
 
 
 def _backend_args(backend: str) -> list[str]:
@@ -84,21 +88,22 @@ def _runs_that_committed(spark: Any, warehouse: Path) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def reference(logs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One run alone (rs backend)."""
+def reference(spark: Any, logs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One run alone, on the session's Spark (rs backend)."""
+    assert open_lake(spark).backend == "rs"
     warehouse = tmp_path_factory.mktemp("reference")
-    status, _out, err = _finish(_start(logs, warehouse, "rs"))
-    assert status in (0, 1), err
+    assert run_all(["--source", str(logs), "--warehouse", str(warehouse)]) in (0, 1)
     return warehouse
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backends", PAIRS)
 def test_two_runs_started_together_equal_one_run(spark: Any, logs: Path, reference: Path,
-                                                 tmp_path: Path, backend: str) -> None:
+                                                 tmp_path: Path,
+                                                 backends: tuple[str, str]) -> None:
     """The second waits for the lease, then ingests nothing new and recomputes the same gold
     tables."""
     warehouse = tmp_path / "wh"
-    runs = [_start(logs, warehouse, backend, "--lease-wait", "600") for _ in range(2)]
+    runs = [_start(logs, warehouse, backend, "--lease-wait", "600") for backend in backends]
     results = [_finish(p) for p in runs]
     assert all(status in (0, 1) for status, _, _ in results), results
     waited = [err for _, _, err in results if "waiting up to 600 s" in err]
