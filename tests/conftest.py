@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -56,22 +58,46 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
 
 
-@pytest.fixture(scope="session")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    """The judge: one Kafka 4.3.1 broker (KRaft, share groups on) for the whole session."""
-    with running_broker(RELEASES["4.3"], tmp_path_factory.mktemp("kafka-4.3")) as broker:
-        yield broker
+KAFKA_FIXTURES = {"kafka_broker", "kafka_workload", "kafka_logs"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kafka_session(request: pytest.FixtureRequest,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[Future[Workload] | None]:
+    """The judge: one Kafka 4.3.1 broker (KRaft, share groups on) and the real-client
+    workload run once on it, for the whole session. Started with the session, in a thread
+    of its own, when a collected test needs them: the workload mostly waits on the broker
+    (idle polls, lock timeouts, the prune interval) while the tests before run."""
+    if not any(KAFKA_FIXTURES & set(getattr(item, "fixturenames", ()))
+               for item in request.session.items):
+        yield None
+        return
+    workdir = tmp_path_factory.mktemp("kafka-4.3")
+    with ExitStack() as stack:
+        def start() -> Workload:
+            broker = stack.enter_context(running_broker(RELEASES["4.3"], workdir))
+            workload = run_workload(broker)
+            stack.callback(workload.close)
+            return workload
+
+        pool = ThreadPoolExecutor(1, thread_name_prefix="kafka-session")
+        try:
+            yield pool.submit(start)
+        finally:
+            pool.shutdown(wait=True)  # then the workload's clients close, the broker stops
 
 
 @pytest.fixture(scope="session")
-def kafka_workload(kafka_broker: KafkaBroker,
-                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workload]:
-    """The real-client workload, run once on the session's broker."""
-    workload = run_workload(kafka_broker)
-    try:
-        yield workload
-    finally:
-        workload.close()
+def kafka_workload(kafka_session: Future[Workload] | None) -> Workload:
+    """The session's workload, once it has run on the session's broker."""
+    assert kafka_session is not None
+    return kafka_session.result()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(kafka_workload: Workload) -> KafkaBroker:
+    """The session's broker (after its workload: what tests add comes after it)."""
+    return kafka_workload.broker
 
 
 @pytest.fixture(scope="session")
