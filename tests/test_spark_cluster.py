@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,19 +107,39 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@dataclass
+class Packing:
+    """`make executor-env`'s command, running in `cwd` while the cluster starts."""
+
+    cwd: Path
+    process: subprocess.Popen[bytes]
+
+    def done(self) -> Path:
+        """Wait for it; the directory holding `dist/sharestate-env.tar.gz`."""
+        out, _ = self.process.communicate(timeout=900)
+        assert self.process.returncode == 0, out.decode("utf-8", "replace")[-3000:]
+        assert (self.cwd / "dist" / "sharestate-env.tar.gz").is_file()
+        return self.cwd
+
+
 @pytest.fixture(scope="module")
-def outside(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def packing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Packing]:
     """Where the README's commands run: not the checkout. The packed environment is made
-    here, by the command `make executor-env` runs."""
+    there, by the command `make executor-env` runs (started first: it packs while the
+    master and workers start)."""
     cwd = tmp_path_factory.mktemp("elsewhere")
     recipe = re.search(r"^executor-env:.*\n\t(.*)$", (PROJECT_ROOT / "Makefile").read_text(),
                        re.M)
     assert recipe is not None
     command = recipe.group(1).replace("$(BIN)/python", sys.executable)
-    subprocess.run(command, shell=True, cwd=cwd, check=True, timeout=900,
-                   capture_output=True)
-    assert (cwd / "dist" / "sharestate-env.tar.gz").is_file()
-    return cwd
+    process = subprocess.Popen(command, shell=True, cwd=cwd, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT)
+    try:
+        yield Packing(cwd, process)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
 
 
 def _readme_script(lines: list[str]) -> str:
@@ -134,8 +155,9 @@ def _readme_script(lines: list[str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster_runs(master: str, logs: Path, outside: Path) -> dict[str, Any]:
+def cluster_runs(packing: Packing, master: str, logs: Path) -> dict[str, Any]:
     """Both README submits (rs, then jvm) into warehouses of their own."""
+    outside = packing.done()
     if not delta_jars().present:
         message = "Delta's pinned jars are not in the jar cache: run `make jars`"
         if under_ci():
