@@ -5,9 +5,11 @@ cannot run is one line, exit 2, before any work starts; `--version`."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,9 +80,21 @@ def _delta_jars_present() -> bool:
     return delta_jars_present(resolve_conf())
 
 
+@pytest.fixture(scope="module")
+def simulated(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A simulated log (`logs/`) and the warehouse an rs run on the session's Spark wrote
+    from it (`warehouse/`)."""
+    root = tmp_path_factory.mktemp("simulated")
+    assert cli.main(["simulate", "--out", str(root / "logs"), "--records", "200"]) == 0
+    assert run_all.main(["--source", str(root / "logs"), "--warehouse",
+                         str(root / "warehouse")]) in (0, 1)
+    return root
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("command", ["run", "quality", "report"])
-def test_jvm_backend_without_delta_is_one_line_exit_2(command: str, tmp_path: Path) -> None:
+def test_jvm_backend_without_delta_is_one_line_exit_2(command: str, simulated: Path,
+                                                      tmp_path: Path) -> None:
     """`--conf spark.sharestate.lake.backend=jvm` where Delta's jars are absent (none on the
     classpath, none in the jar cache): one line,
     exit 2, nothing written (was a traceback from delta's isDeltaTable and exit 1)."""
@@ -92,13 +106,9 @@ def test_jvm_backend_without_delta_is_one_line_exit_2(command: str, tmp_path: Pa
             "quality": ["quality", "--warehouse", str(warehouse), "--backend", "jvm"],
             "report": ["report", "--warehouse", str(warehouse), "--out",
                        str(tmp_path / "r.html"), "--backend", "jvm"]}[command]
-    subprocess.run([sys.executable, "-m", "sharestate", "simulate", "--out",
-                    str(tmp_path / "logs"), "--records", "200"], check=True,
-                   capture_output=True, timeout=120)
-    if command != "run":  # a warehouse to point at: write it with the rs backend
-        subprocess.run([sys.executable, "-m", "sharestate", "run", "--source",
-                        str(tmp_path / "logs"), "--warehouse", str(warehouse)],
-                       check=True, capture_output=True, timeout=600)
+    shutil.copytree(simulated / "logs", tmp_path / "logs")
+    if command != "run":  # a warehouse to point at, written by the rs backend
+        shutil.copytree(simulated / "warehouse", warehouse)
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     no_jars = {**os.environ, "SHARESTATE_CACHE_DIR": str(tmp_path / "empty-cache")}
     done = subprocess.run([sys.executable, "-m", "sharestate", *argv], capture_output=True,
