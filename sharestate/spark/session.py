@@ -4,8 +4,8 @@
 
 1. built-in defaults (`DEFAULTS`, plus `LOCAL_DEFAULTS` when the master is `local[...]`):
    `local[2]`, 4 shuffle partitions, 2g driver memory, Arrow for PySpark, session time zone
-   UTC, log level WARN, driver bound to 127.0.0.1, Python workers running this interpreter
-   (which has sharestate installed);
+   UTC, log level WARN, driver bound to 127.0.0.1, Delta's log replay in 4 partitions,
+   Python workers running this interpreter (which has sharestate installed);
 2. the conf file: `conf/spark-defaults.conf` at the repository root, or the file named by
    `$SHARESTATE_SPARK_CONF`, or the `conf_file` argument. Spark's own format: one
    `key value` per line (whitespace or `=` between them), `#` starts a comment;
@@ -79,6 +79,9 @@ DEFAULTS: Mapping[str, str] = {
 LOCAL_DEFAULTS: Mapping[str, str] = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
+    # The jvm backend's Delta rebuilds a table's state from its log in this many tasks
+    # (Delta's default, 50, is 50 tasks of a few small files each on a local master).
+    "spark.databricks.delta.snapshotPartitions": "4",
 }
 NO_UI: Mapping[str, str] = {
     "spark.ui.enabled": "false",
