@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from kafka_broker import RELEASES, KafkaBroker, running_broker
-from kafka_workload import Workload, run_workload
+from kafka_workload import Workload, run_release_workload, run_workload
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -59,44 +59,49 @@ def spark() -> Iterator[SparkSession]:
 
 
 KAFKA_FIXTURES = {"kafka_broker", "kafka_workload", "kafka_logs"}
+RELEASE_FIXTURE = "release_run"
 
 
 @pytest.fixture(scope="session", autouse=True)
-def kafka_session(request: pytest.FixtureRequest,
-                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[Future[Workload] | None]:
-    """The judge: one Kafka 4.3.1 broker (KRaft, share groups on) and the real-client
-    workload run once on it, for the whole session. Started with the session, in a thread
-    of its own, when a collected test needs them: the workload mostly waits on the broker
-    (idle polls, lock timeouts, the prune interval) while the tests before run."""
-    if not any(KAFKA_FIXTURES & set(getattr(item, "fixturenames", ()))
-               for item in request.session.items):
-        yield None
-        return
-    workdir = tmp_path_factory.mktemp("kafka-4.3")
+def kafka_session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[dict[str, Future[Workload]]]:
+    """Real-client workloads on real brokers, by release: the judge (4.3.1: the real-client
+    workload of tests/kafka_workload.py), when a collected test needs it, and the other
+    releases' short one (4.0.2, 4.4.0) when the release tests are collected. They run one
+    after the other in a thread of their own from the session's start (a workload mostly
+    waits on its broker: idle polls, lock timeouts, the prune interval) while the tests
+    before them run. A broker runs until the session ends (the release tests stop theirs
+    once done)."""
+    needed = set().union(*(getattr(item, "fixturenames", ()) for item in request.session.items))
+    runs: dict[str, Callable[[KafkaBroker], Workload]] = {}
+    if KAFKA_FIXTURES & needed:
+        runs["4.3"] = run_workload
+    if RELEASE_FIXTURE in needed:
+        runs |= {"4.0": run_release_workload, "4.4": run_release_workload}
+    workdirs = {version: tmp_path_factory.mktemp(f"kafka-{version}") for version in runs}
     with ExitStack() as stack:
-        def start() -> Workload:
-            broker = stack.enter_context(running_broker(RELEASES["4.3"], workdir))
-            workload = run_workload(broker)
+        def start(version: str) -> Workload:
+            broker = stack.enter_context(running_broker(RELEASES[version], workdirs[version]))
+            workload = runs[version](broker)
             stack.callback(workload.close)
             return workload
 
         pool = ThreadPoolExecutor(1, thread_name_prefix="kafka-session")
         try:
-            yield pool.submit(start)
+            yield {version: pool.submit(start, version) for version in runs}
         finally:
-            pool.shutdown(wait=True)  # then the workload's clients close, the broker stops
+            pool.shutdown(wait=True)  # then the workloads' clients close, the brokers stop
 
 
 @pytest.fixture(scope="session")
-def kafka_workload(kafka_session: Future[Workload] | None) -> Workload:
-    """The session's workload, once it has run on the session's broker."""
-    assert kafka_session is not None
-    return kafka_session.result()
+def kafka_workload(kafka_session: dict[str, Future[Workload]]) -> Workload:
+    """The judge's workload, once it has run on the judge's broker."""
+    return kafka_session["4.3"].result()
 
 
 @pytest.fixture(scope="session")
 def kafka_broker(kafka_workload: Workload) -> KafkaBroker:
-    """The session's broker (after its workload: what tests add comes after it)."""
+    """The judge's broker (after its workload: what tests add comes after it)."""
     return kafka_workload.broker
 
 

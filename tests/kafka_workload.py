@@ -340,3 +340,35 @@ def run_workload(broker: KafkaBroker) -> Workload:
         workload.end_offsets[(tp.topic, tp.partition)] = future.result().offset
     time.sleep(2 * broker.prune_interval_s + 1)
     return workload
+
+
+RELEASE_GROUPS = {"sg-a": "orders", "sg-b": "events"}
+"""The short workload's share groups, each with the topic 4.0's console consumer reads."""
+
+
+def run_release_workload(broker: KafkaBroker) -> Workload:
+    """The other releases' short share-group workload (tests/test_kafka_releases.py)."""
+    workload = Workload(broker)
+    create_topics(workload)
+    produce(workload)
+    share_groups_start_earliest(workload, RELEASE_GROUPS)
+    if broker.release.early_access:
+        # librdkafka speaks only the released protocol: 4.0's own console consumer,
+        # releasing what it reads once, then accepting.
+        for group, topic in RELEASE_GROUPS.items():
+            every = str(TOPICS[topic] * RECORDS_PER_PARTITION[topic])
+            for flag in ("--release", None):
+                broker.tool(CONSOLE_SHARE_CONSUMER, "--bootstrap-server", broker.bootstrap,
+                            "--topic", topic, "--group", group, "--max-messages", every,
+                            "--timeout-ms", "15000", *([flag] if flag else []), timeout=90)
+    else:
+        for group, ack in zip(RELEASE_GROUPS, (mixed, released_once), strict=True):
+            member = share_consumer(workload, group, ["orders", "events"])
+            consume(workload, member, group, ack)
+            member.close()
+        member = share_consumer(workload, "sg-a", ["payments"])
+        consume(workload, member, "sg-a", accept)
+        member.close()
+    time.sleep(2)
+    workload.share_groups = list(RELEASE_GROUPS)
+    return workload

@@ -7,65 +7,31 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
-from kafka_broker import RELEASES, running_broker
 from kafka_judge import decoded_records, differences, dump_records, sharestate_json
 from kafka_workload import (
     CONSOLE_SHARE_CONSUMER,
-    RECORDS_PER_PARTITION,
+    RELEASE_GROUPS,
     SHARE_TOOL,
-    TOPICS,
     Workload,
     _table,
-    accept,
-    consume,
-    create_topics,
-    mixed,
-    produce,
-    released_once,
-    share_consumer,
-    share_groups_start_earliest,
 )
 
 pytestmark = pytest.mark.kafka_broker
 
-GROUPS = ("sg-a", "sg-b")
-GROUP_TOPICS = {"sg-a": "orders", "sg-b": "events"}
-
-
 @pytest.fixture(scope="module", params=["4.0", "4.4"])
-def release_run(request: pytest.FixtureRequest,
+def release_run(request: pytest.FixtureRequest, kafka_session: dict[str, Future[Workload]],
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workload, Path]]:
-    """A broker of the release, share groups driven on it, its internal logs copied."""
-    release = RELEASES[str(request.param)]
-    with running_broker(release, tmp_path_factory.mktemp(f"kafka-{release.version}")) as broker:
-        workload = Workload(broker)
-        create_topics(workload)
-        produce(workload)
-        share_groups_start_earliest(workload, GROUPS)
-        if release.early_access:
-            # librdkafka speaks only the released protocol: 4.0's own console consumer,
-            # releasing what it reads once, then accepting.
-            for group, topic in GROUP_TOPICS.items():
-                every = str(TOPICS[topic] * RECORDS_PER_PARTITION[topic])
-                for flag in ("--release", None):
-                    broker.tool(CONSOLE_SHARE_CONSUMER, "--bootstrap-server", broker.bootstrap,
-                                "--topic", topic, "--group", group, "--max-messages", every,
-                                "--timeout-ms", "15000", *([flag] if flag else []), timeout=90)
-        else:
-            for group, ack in zip(GROUPS, (mixed, released_once), strict=True):
-                member = share_consumer(workload, group, ["orders", "events"])
-                consume(workload, member, group, ack)
-                member.close()
-            member = share_consumer(workload, "sg-a", ["payments"])
-            consume(workload, member, "sg-a", accept)
-            member.close()
-        time.sleep(2)
-        workload.share_groups = list(GROUPS)
-        yield workload, workload.copy_internal_logs(tmp_path_factory.mktemp("logs"))
-        workload.close()
+    """A broker of the release, share groups driven on it (kafka_workload's
+    run_release_workload, begun with the session: tests/conftest.py), its internal logs
+    copied; the broker stops after the release's tests."""
+    workload = kafka_session[str(request.param)].result()
+    yield workload, workload.copy_internal_logs(tmp_path_factory.mktemp("logs"))
+    workload.close()
+    workload.broker.stop()
 
 
 def _describe(workload: Workload, group: str) -> list[dict[str, str]]:
@@ -81,7 +47,7 @@ def _describe(workload: Workload, group: str) -> list[dict[str, str]]:
     assert "not found" in broker.tool(SHARE_TOOL, *args, check=False).stdout
     member = subprocess.Popen(broker.java(
         broker.release.tools_set, CONSOLE_SHARE_CONSUMER, "--bootstrap-server",
-        broker.bootstrap, "--topic", GROUP_TOPICS[group], "--group", group),
+        broker.bootstrap, "--topic", RELEASE_GROUPS[group], "--group", group),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
@@ -103,7 +69,7 @@ def test_share_state_agrees_with_the_releases_own_admin_view(
     ours = {(row["group_id"], names[row["topic_id"]], row["partition"]): row
             for row in sharestate_json("state", str(logs))}
     compared = 0
-    for group in GROUPS:
+    for group in RELEASE_GROUPS:
         for row in _describe(workload, group):
             where = (group, row["TOPIC"], int(row["PARTITION"]))
             if row["START-OFFSET"] == "-":
