@@ -10,7 +10,7 @@ from conftest import conformance_dir
 
 from sharestate.log import discover
 from sharestate.replay.logs import AsOf, partition_logs
-from sharestate.replay.prune import PruneLedger, prune_recommendation
+from sharestate.replay.prune import COMPACT_AFTER, PruneLedger, prune_recommendation
 from sharestate.replay.share_log import replay_share_log
 from sharestate.tables.spec import table
 
@@ -25,6 +25,27 @@ def test_ledger_prices_any_cut_above_the_prune_point() -> None:
     assert ledger.below(10) == (10, 190)   # batch 10..10 is not wholly below 10
     assert ledger.below(11) == (11, 230)
     assert ledger.below(100) == (15, 300)
+
+
+def test_ledger_keeps_its_totals_when_it_drops_batches_passed_long_ago() -> None:
+    """Over many advances the batches below the point are cut off the ledger's front
+    (COMPACT_AFTER), and every figure stays the sum over the batches themselves."""
+    batches = [(offset * 3 + 2, 3, 50 + offset % 7) for offset in range(3 * COMPACT_AFTER)]
+    ledger = PruneLedger()
+    fed = 0
+    for point in range(0, batches[-1][0] + 50, 997):
+        while fed < len(batches) and batches[fed][0] < point + 1500:
+            ledger.add(*batches[fed])
+            fed += 1
+        ledger.advance(point)
+        listed = batches[:fed]
+        below = [(records, size) for last, records, size in listed if last < point]
+        assert (ledger.records, ledger.bytes) == (sum(r for r, _ in below),
+                                                   sum(b for _, b in below))
+        cut = point + 700
+        assert ledger.below(cut) == (sum(r for last, r, _ in listed if last < cut),
+                                     sum(b for last, _, b in listed if last < cut))
+    assert len(ledger.last_offsets) < len(batches)   # the front was cut off
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ the first pending record caps any prune point and the shard does not expose it.
 
 from __future__ import annotations
 
-from collections import deque
+from array import array
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -27,44 +27,66 @@ from sharestate.replay.logs import UNKNOWN_PARTITION
 if TYPE_CHECKING:
     from sharestate.replay.share_log import ShareLogResult
 
+COMPACT_AFTER = 4096
+"""Batches below the point the ledger's columns keep before they are cut off the front
+(then, and only when they are at least half of it)."""
+
 
 class PruneLedger:
     """Records and bytes of the batches wholly below the (only rising) prune point.
 
-    The batches above it stay listed, (last offset, records, bytes) each, so `below` can
-    price any higher cut (a cold-partition snapshot's prune point) without another pass.
+    The batches above it stay listed, by column (last offset, records, bytes: 24 bytes a
+    batch, as the log keeps them too until the point passes), so `below` can price any
+    higher cut (a cold-partition snapshot's prune point) without another pass.
     """
 
     def __init__(self) -> None:
-        self.above: deque[tuple[int, int, int]] = deque()
+        self.last_offsets = array("q")
+        self.counts = array("q")
+        self.sizes = array("q")
+        self.first = 0
+        """The first listed batch not yet below the point (those before it are counted)."""
         self.records = 0
         self.bytes = 0
 
     def add(self, last_offset: int, records: int, size: int) -> None:
-        self.above.append((last_offset, records, size))
+        self.last_offsets.append(last_offset)
+        self.counts.append(records)
+        self.sizes.append(size)
 
-    def extend(self, batches: Iterable[tuple[int, int, int]]) -> None:
-        """`add` for consecutive batches: (last offset, records, bytes) each."""
-        self.above.extend(batches)
+    def extend(self, last_offsets: Iterable[int], records: Iterable[int],
+               sizes: Iterable[int]) -> None:
+        """`add` for consecutive batches, by column."""
+        self.last_offsets.extend(last_offsets)
+        self.counts.extend(records)
+        self.sizes.extend(sizes)
 
     def advance(self, prune_offset: int | None) -> None:
         if prune_offset is None:
             return
-        above = self.above
-        while above and above[0][0] < prune_offset:
-            _, records, size = above.popleft()
-            self.records += records
-            self.bytes += size
+        first = self._end_below(prune_offset)
+        if first == self.first:
+            return
+        self.records += sum(self.counts[self.first:first])
+        self.bytes += sum(self.sizes[self.first:first])
+        self.first = first
+        if first >= COMPACT_AFTER and 2 * first >= len(self.last_offsets):
+            for column in (self.last_offsets, self.counts, self.sizes):
+                del column[:first]
+            self.first = 0
 
     def below(self, offset: int) -> tuple[int, int]:
         """(records, bytes) of the batches wholly below `offset` (>= the prune point)."""
-        records, size = self.records, self.bytes
-        for last_offset, count, batch_bytes in self.above:
-            if last_offset >= offset:
-                break
-            records += count
-            size += batch_bytes
-        return records, size
+        end = self._end_below(offset)
+        return (self.records + sum(self.counts[self.first:end]),
+                self.bytes + sum(self.sizes[self.first:end]))
+
+    def _end_below(self, offset: int) -> int:
+        """The first listed batch from `first` on whose last offset is not below `offset`."""
+        last_offsets, index, end = self.last_offsets, self.first, len(self.last_offsets)
+        while index < end and last_offsets[index] < offset:
+            index += 1
+        return index
 
 
 def holding_keys(shard: ShareShard) -> list[ShareKey]:

@@ -227,8 +227,8 @@ class ShareReplay:
         sizes = list(map(_SIZE, headers))
         result.bytes += sum(sizes)
         ledger = result.ledger
-        ledger.extend(zip(map(_LAST_OFFSET, headers), map(sub, run.ends, [0, *run.ends[:-1]]),
-                          sizes, strict=True))
+        ledger.extend(map(_LAST_OFFSET, headers), map(sub, run.ends, [0, *run.ends[:-1]]),
+                      sizes)
         result.log_end_offset = headers[-1].last_offset + 1
         self._advance_ledger()
         return entries

@@ -18,7 +18,7 @@ Loading decides what a checkpoint is worth:
   (`CheckpointUnusable`: a warning, and the service replays from the log start, which gives
   the same answers, only later); a damaged file is kept aside as `serve.checkpoint.bad`.
 
-The body is read with an unpickler that only builds sharestate's own classes (and a deque),
+The body is read with an unpickler that only builds sharestate's own classes (and arrays),
 but the directory should still be the service's alone (it is created 0700).
 """
 
@@ -122,8 +122,12 @@ class _Pickler(pickle.Pickler):
         return None
 
 
+STANDARD = {("array", "array"), ("array", "_array_reconstructor")}
+"""The classes (and the array's rebuilder) outside sharestate a checkpoint holds."""
+
+
 class _Unpickler(pickle.Unpickler):
-    """Builds sharestate's classes, the combiners and deques, nothing else."""
+    """Builds sharestate's classes, the combiners and `STANDARD`, nothing else."""
 
     def persistent_load(self, pid: Any) -> Any:
         if pid == ("log",):
@@ -133,7 +137,7 @@ class _Unpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
 
     def find_class(self, module: str, name: str) -> Any:
-        if module == "collections" and name == "deque":
+        if (module, name) in STANDARD:
             return super().find_class(module, name)
         if module.startswith("sharestate."):
             found = super().find_class(module, name)
