@@ -5,7 +5,9 @@ tests hold to exact answers) takes 20,000 records on two topics, half of them wh
 service runs, in rounds; two share groups consume them with real ShareConsumers (one
 accepts everything, one releases poison records until the delivery limit archives them and
 rejects others) and a classic consumer group commits. `sharestate serve` runs as its own
-process, started half-way, so records arrive while it runs. Once the workload is done its
+process, started half-way, so records arrive while it runs; mid-stream it is killed (-9)
+and started again, and must resume every partition from its checkpoint (written every
+second). Once the workload is done its
 answers must be Kafka's: every share-partition's start offset and leader epoch as
 `kafka-share-groups --describe` gives them, lag against the data topics' real end offsets,
 the consumer group's offsets as `kafka-consumer-groups` gives them — in the JSON answers
@@ -16,6 +18,7 @@ Prometheus records itself).
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 import time
@@ -136,18 +139,28 @@ def test_serve_answers_kafkas_own_final_state(broker: KafkaBroker, tmp_path: Pat
     everything = share_consumer(workload, "sg-all", list(TOPICS))
     consume(workload, everything, "sg-all", accept, max_polls=8)
     commit_consumer_group(workload, every=700)
-    service = ServeProcess("--source", f"kafka://{broker.bootstrap}", "--checkpoint-dir",
-                           str(tmp_path / "checkpoints"), "--checkpoint-seconds", "1")
+    arguments = ("--source", f"kafka://{broker.bootstrap}", "--checkpoint-dir",
+                 str(tmp_path / "checkpoints"), "--checkpoint-seconds", "1")
+    service = ServeProcess(*arguments)
     scraper = Scraper(service)
+    seen: set[str] = set()
     try:
         assert service.address is not None
         eventually(lambda: get(service.address, "/readyz")[0] == 200, timeout=60)
         scraper.start()
         at_start = applied(service.address)
-        # the rest arrives while it serves, in rounds each consumed before the next
+        # the rest arrives while it serves, in rounds each consumed before the next; after
+        # two rounds the service is killed (-9) and started again from its checkpoint
         consume(workload, everything, "sg-all", accept, idle_s=1.5, limit_s=120)
-        for start in range(PER_PARTITION // 2, PER_PARTITION, ROUND):
+        for index, start in enumerate(range(PER_PARTITION // 2, PER_PARTITION, ROUND)):
             produce(producer, range(start, start + ROUND))
+            if index == 2:
+                scraper.stop()
+                seen |= scraper.seen
+                service = restart_after_kill_9(service, arguments,
+                                               tmp_path / "checkpoints" / "serve.checkpoint")
+                scraper = Scraper(service)
+                scraper.start()
             consume(workload, everything, "sg-all", accept, idle_s=1.5, limit_s=60)
         everything.close()
         commit_consumer_group(workload, every=700)
@@ -169,9 +182,25 @@ def test_serve_answers_kafkas_own_final_state(broker: KafkaBroker, tmp_path: Pat
         scraper.stop()
         status = service.stop(signal.SIGTERM)
     assert status == 0, service.stderr[-3000:]
+    seen |= scraper.seen
     named = named_metrics()
-    assert named - PROMETHEUS_OWN <= scraper.seen, sorted(named - PROMETHEUS_OWN - scraper.seen)
-    assert scraper.seen <= named, f"not on the dashboard: {sorted(scraper.seen - named)}"
+    assert named - PROMETHEUS_OWN <= seen, sorted(named - PROMETHEUS_OWN - seen)
+    assert seen <= named, f"not on the dashboard: {sorted(seen - named)}"
+
+
+def restart_after_kill_9(service: ServeProcess, arguments: tuple[str, ...],
+                         checkpoint: Path) -> ServeProcess:
+    """Kill the service once it has written a checkpoint and start it again: it resumes
+    every partition from the checkpoint, not from the log start."""
+    eventually(checkpoint.exists, timeout=30)
+    applied_before = applied(service.address) if service.address else 0
+    assert service.stop(signal.SIGKILL) == -signal.SIGKILL
+    restarted = ServeProcess(*arguments)
+    found = re.search(r"resuming from checkpoint written \S+: (\d+) records applied; "
+                      r"(\d+) of (\d+) partitions go on from their position", restarted.stderr)
+    assert found, restarted.stderr
+    assert 0 < int(found[1]) <= applied_before and found[2] == found[3], found[0]
+    return restarted
 
 
 class Scraper(threading.Thread):
