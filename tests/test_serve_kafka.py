@@ -7,13 +7,12 @@ accepts everything, one releases poison records until the delivery limit archive
 rejects others) and a classic consumer group commits. `sharestate serve` runs as its own
 process, started half-way, so records arrive while it runs; mid-stream it is killed (-9)
 and started again, and must resume every partition from its checkpoint (written every
-second). Once the workload is done its
-answers must be Kafka's: every share-partition's start offset and leader epoch as
-`kafka-share-groups --describe` gives them, lag against the data topics' real end offsets,
-the consumer group's offsets as `kafka-consumer-groups` gives them — in the JSON answers
-and in /metrics. Scraped every half second meanwhile (with checkpoints on), the service
-exports exactly the metrics the Grafana dashboard's PromQL names (`up` aside, which
-Prometheus records itself).
+second). Once the workload is done its answers must be Kafka's: every share-partition's
+start offset and leader epoch as `kafka-share-groups --describe` gives them, lag against
+the data topics' real end offsets, the consumer group's offsets as `kafka-consumer-groups`
+gives them — in the JSON answers and in /metrics. Scraped every half second meanwhile (with
+checkpoints on), the service exports exactly the metrics the Grafana dashboard's PromQL
+names (`up` aside, which Prometheus records itself).
 """
 
 from __future__ import annotations
