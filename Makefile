@@ -79,7 +79,7 @@ executor-env: $(STAMP) $(NATIVE_STAMP) ## pack the executors' Python environment
 check: lint ## the contributor's loop: lint, then every test not marked slow or kafka_broker
 	$(BIN)/python -m pytest -q -m "not slow and not kafka_broker"
 
-bench: $(STAMP) $(NATIVE_STAMP) ## run the benchmarks (records/s; figures in docs/benchmarks.md)
+bench: $(STAMP) $(NATIVE_STAMP) jars ## run the benchmarks (records/s; figures in docs/benchmarks.md; serve.py runs a real Kafka broker)
 	$(BIN)/python bench/decode.py
 	$(BIN)/python bench/replay.py
 	$(BIN)/python bench/pipeline.py
