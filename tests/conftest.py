@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
@@ -58,51 +58,51 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
 
 
-KAFKA_FIXTURES = {"kafka_broker", "kafka_workload", "kafka_logs"}
 RELEASE_FIXTURE = "release_run"
 
 
 @pytest.fixture(scope="session", autouse=True)
-def kafka_session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-                  ) -> Iterator[dict[str, Future[Workload]]]:
-    """Real-client workloads on real brokers, by release: the judge (4.3.1: the real-client
-    workload of tests/kafka_workload.py), when a collected test needs it, and the other
-    releases' short one (4.0.2, 4.4.0) when the release tests are collected. They run one
-    after the other in a thread of their own from the session's start (a workload mostly
-    waits on its broker: idle polls, lock timeouts, the prune interval) while the tests
-    before them run. A broker runs until the session ends (the release tests stop theirs
-    once done)."""
+def kafka_releases(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+                   ) -> Iterator[dict[str, Future[Workload]]]:
+    """The other releases' brokers (4.0.2, 4.4.0), each with kafka_workload's short
+    share-group workload, when the release tests are collected: run one after the other in
+    a thread of their own from the session's start (a workload mostly waits on its broker:
+    idle polls, lock timeouts) while the tests before them run. Not the judge's workload:
+    what it leaves (open transactions, members kept in their groups, offsets retained for
+    a minute) is judged right after it."""
     needed = set().union(*(getattr(item, "fixturenames", ()) for item in request.session.items))
-    runs: dict[str, Callable[[KafkaBroker], Workload]] = {}
-    if KAFKA_FIXTURES & needed:
-        runs["4.3"] = run_workload
-    if RELEASE_FIXTURE in needed:
-        runs |= {"4.0": run_release_workload, "4.4": run_release_workload}
-    workdirs = {version: tmp_path_factory.mktemp(f"kafka-{version}") for version in runs}
+    versions = ("4.0", "4.4") if RELEASE_FIXTURE in needed else ()
+    workdirs = {version: tmp_path_factory.mktemp(f"kafka-{version}") for version in versions}
     with ExitStack() as stack:
         def start(version: str) -> Workload:
             broker = stack.enter_context(running_broker(RELEASES[version], workdirs[version]))
-            workload = runs[version](broker)
+            workload = run_release_workload(broker)
             stack.callback(workload.close)
             return workload
 
-        pool = ThreadPoolExecutor(1, thread_name_prefix="kafka-session")
+        pool = ThreadPoolExecutor(1, thread_name_prefix="kafka-releases")
         try:
-            yield {version: pool.submit(start, version) for version in runs}
+            yield {version: pool.submit(start, version) for version in versions}
         finally:
             pool.shutdown(wait=True)  # then the workloads' clients close, the brokers stop
 
 
 @pytest.fixture(scope="session")
-def kafka_workload(kafka_session: dict[str, Future[Workload]]) -> Workload:
-    """The judge's workload, once it has run on the judge's broker."""
-    return kafka_session["4.3"].result()
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """The judge: one Kafka 4.3.1 broker (KRaft, share groups on) for the whole session."""
+    with running_broker(RELEASES["4.3"], tmp_path_factory.mktemp("kafka-4.3")) as broker:
+        yield broker
 
 
 @pytest.fixture(scope="session")
-def kafka_broker(kafka_workload: Workload) -> KafkaBroker:
-    """The judge's broker (after its workload: what tests add comes after it)."""
-    return kafka_workload.broker
+def kafka_workload(kafka_broker: KafkaBroker,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workload]:
+    """The real-client workload, run once on the session's broker."""
+    workload = run_workload(kafka_broker)
+    try:
+        yield workload
+    finally:
+        workload.close()
 
 
 @pytest.fixture(scope="session")

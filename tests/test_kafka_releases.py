@@ -23,12 +23,12 @@ from kafka_workload import (
 pytestmark = pytest.mark.kafka_broker
 
 @pytest.fixture(scope="module", params=["4.0", "4.4"])
-def release_run(request: pytest.FixtureRequest, kafka_session: dict[str, Future[Workload]],
+def release_run(request: pytest.FixtureRequest, kafka_releases: dict[str, Future[Workload]],
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workload, Path]]:
     """A broker of the release, share groups driven on it (kafka_workload's
     run_release_workload, begun with the session: tests/conftest.py), its internal logs
     copied; the broker stops after the release's tests."""
-    workload = kafka_session[str(request.param)].result()
+    workload = kafka_releases[str(request.param)].result()
     yield workload, workload.copy_internal_logs(tmp_path_factory.mktemp("logs"))
     workload.close()
     workload.broker.stop()
