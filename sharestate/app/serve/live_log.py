@@ -11,6 +11,7 @@ never inside one.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from sharestate.replay.group_log import GroupLogResult, GroupReplay
 from sharestate.replay.share_log import ShareLogResult, ShareReplay
 from sharestate.tables.arrow_log import consumed_chunk
 
+LOG = logging.getLogger("sharestate.serve")
 DETECT_SAMPLE = 64
 """Records of a partition's first chunk its dialect is detected from."""
 BACKLOG_CHUNKS = 8
@@ -130,6 +132,9 @@ class Progress:
     position: int = 0
     records: int = 0
     last_timestamp: int | None = None
+    at_end: bool = False
+    """Every record up to an end the consumer saw is applied (so also every one up to the
+    end seen at start, unless the log went back since and this is its new replay)."""
 
     def consumed(self, chunk: Consumed) -> None:
         self.position = max(self.position, chunk.offsets[-1] + 1)
@@ -139,6 +144,7 @@ class Progress:
     def reached(self, end: int) -> None:
         """The consumer saw the partition's end at `end` (past trailing control records)."""
         self.position = max(self.position, end)
+        self.at_end = True
 
 
 @dataclass
@@ -175,9 +181,18 @@ class PartitionReplay:
     group: GroupReplay | None = None
     thread: threading.Thread | None = None
     failure: BaseException | None = None
+    fed: int = 0
+    """The offset after the last record handed to the replay thread."""
 
     def feed(self, chunk: Chunk) -> None:
-        """Queue consumed records (or an end mark) for the replay thread."""
+        """Queue consumed records (or an end mark) for the replay thread. Records that go
+        back behind what was fed mean the log itself went back (the topic was deleted and
+        created again, or its log truncated; the consumer then reads it again from its log
+        start): the partition's replay starts over from them."""
+        if isinstance(chunk, Consumed):
+            if chunk.offsets[0] < self.fed:
+                self._start_over(chunk.offsets[0])
+            self.fed = chunk.offsets[-1] + 1
         if self.log is None:
             if isinstance(chunk, int):
                 with self.lock:
@@ -199,8 +214,21 @@ class PartitionReplay:
         """Continue from `saved` (before anything is fed): the next chunk is the record at
         its position."""
         self.progress = saved.progress
+        self.fed = saved.progress.position
         if saved.dialect is not None and saved.result is not None:
             self._start(saved.dialect, saved.result)
+
+    def _start_over(self, first: int) -> None:
+        """Drop what was replayed (after the replay thread applied what it was given): the
+        log it described is gone. Readers see no state for the partition until the new
+        log's records apply."""
+        LOG.warning("%s-%d: offset %d comes after %d (the topic was created again or its "
+                    "log truncated): replaying the partition from there", self.topic,
+                    self.partition, first, self.fed - 1)
+        self.stop()
+        with self.lock:
+            self.progress = Progress()
+            self.log = self.share = self.group = self.thread = None
 
     def _start(self, dialect: str, resume: ShareLogResult | GroupLogResult | None = None
                ) -> None:

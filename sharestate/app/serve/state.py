@@ -77,9 +77,12 @@ class LiveState:
         """How far from the end seen at start, read without the lock (a readiness probe
         must not wait behind replays applying chunk after chunk): each partition's position
         is one int attribute, replaced whole and only ever growing, so the sum is of values
-        the positions really had, and `replays` is never changed in place (`add`)."""
+        the positions really had, and `replays` is never changed in place (`add`). A
+        partition replayed again because its log went back counts once it reached the new
+        log's end."""
         replays = self.replays
-        behind = sum(max(end - replays[where].progress.position, 0)
+        behind = sum(0 if (progress := replays[where].progress).at_end
+                     else max(end - progress.position, 0)
                      for where, end in self.start_ends.items())
         return Readiness(behind == 0, behind, len(replays))
 
