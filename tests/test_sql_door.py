@@ -235,3 +235,45 @@ def test_sql_takes_spark_settings(warehouse: Path, capfd: pytest.CaptureFixture[
     assert capfd.readouterr().out.splitlines() == ["zone", "America/New_York"]
     assert _sql(warehouse, "--conf", "noequals", "SELECT 1") == 2
     assert "--conf" in capfd.readouterr().err
+
+
+DELTA_ERRORS = {
+    "SELECT * FROM redelivery VERSION AS OF 99": "[DELTA_VERSION_NOT_FOUND]",
+    "SELECT * FROM redelivery TIMESTAMP AS OF '2000-01-01 00:00:00'":
+        "[DELTA_TIMESTAMP_EARLIER_THAN_COMMIT_RETENTION]",
+    "SELECT * FROM redelivery TIMESTAMP AS OF '2999-01-01 00:00:00'":
+        "[DELTA_TIMESTAMP_GREATER_THAN_COMMIT]",
+    "SELECT * FROM table_changes('redelivery', 0)": "[DELTA_MISSING_CHANGE_DATA]",
+}
+
+
+def test_delta_errors_are_one_line_naming_deltas_error(
+        spark: Any, warehouse: Path, tmp_path: Path) -> None:
+    """On the jvm backend Delta's own errors (time travel out of range, change data never
+    recorded, VACUUM under Delta's retention check) are exit 4 with Delta's error class and
+    message in one line, not `[INTERNAL_ERROR] Cannot find main error class` and exit 70;
+    the refused VACUUM deleted nothing. One process (a JVM with Delta's jars)."""
+    import shutil
+
+    from one_process import call_in_one_process
+
+    from sharestate.jars import delta_jars
+
+    if not delta_jars().present:
+        pytest.skip("Delta's jars are not in the jar cache (make jars)")
+    copy = tmp_path / "wh"
+    shutil.copytree(warehouse, copy)
+    files = sorted(p.name for p in (copy / "redelivery").rglob("*.parquet"))
+    sql = ["sql", "--warehouse", str(copy), "--backend", "jvm"]
+    calls = call_in_one_process("sharestate.app.cli", [
+        *([*sql, statement] for statement in DELTA_ERRORS),
+        [*sql, "--write", "VACUUM redelivery RETAIN 0 HOURS"]])
+    assert calls.statuses == [REFUSED] * (len(DELTA_ERRORS) + 1), calls.stderr[-3000:]
+    assert "Traceback" not in calls.stderr and "INTERNAL_ERROR" not in calls.stderr
+    errors = [line for line in calls.stderr.splitlines() if line.startswith("sharestate")]
+    expected = [*DELTA_ERRORS.values(), "[DELTA_VACUUM_RETENTION_PERIOD_TOO_SHORT]"]
+    assert len(errors) == len(expected), calls.stderr[-3000:]
+    for line, error_class in zip(errors, expected, strict=True):
+        assert f"query failed: {error_class} " in line, line
+    assert "Available versions: [0, 1]" in errors[0]
+    assert sorted(p.name for p in (copy / "redelivery").rglob("*.parquet")) == files

@@ -425,7 +425,12 @@ def _run_statement(spark: Any, args: argparse.Namespace, *, delta_sql: bool
 
 
 def _spark_error_line(exc: Exception) -> str:
-    """The first line of a Spark error, led by its error class."""
+    """A Spark (or Delta) error's first paragraph in one line, led by its error class.
+
+    The message is the exception's own: PySpark's `getMessage()` renders it again from
+    Spark's table of error conditions, which holds none of Delta's (those live in Delta's
+    jar, `error/delta-error-classes.json`), and fails with `[INTERNAL_ERROR] Cannot find
+    main error class 'DELTA_...'` for every Delta error."""
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
 
@@ -436,8 +441,11 @@ def _spark_error_line(exc: Exception) -> str:
     else:
         assert isinstance(exc, PySparkException)
         error_class = exc.getCondition() or type(exc).__name__
-        message = exc.getMessage() or str(exc)
-    first = message.strip().splitlines()[0] if message.strip() else ""
+        message = str(exc)  # without the JVM stack: spark.sql.pyspark.jvmStacktrace.enabled
+    # its first paragraph, without the plan Spark appends to an analysis error (";\n...");
+    # Delta wraps its sentences over several lines
+    text = message.strip().split("\n\n", 1)[0].split(";\n", 1)[0]
+    first = " ".join(text.split())
     return first if first.startswith(f"[{error_class}]") else f"[{error_class}] {first}".strip()
 
 
