@@ -277,3 +277,14 @@ def test_delta_errors_are_one_line_naming_deltas_error(
         assert f"query failed: {error_class} " in line, line
     assert "Available versions: [0, 1]" in errors[0]
     assert sorted(p.name for p in (copy / "redelivery").rglob("*.parquet")) == files
+
+
+def test_describe_history_on_rs_says_how_to_get_it(warehouse: Path,
+                                                   capfd: pytest.CaptureFixture[str]) -> None:
+    """Spark's own parser reads `DESCRIBE HISTORY t` as DESCRIBE of column t of a table
+    HISTORY: refused saying it is Delta's SQL on the jvm backend, as time travel is."""
+    for statement in ("DESCRIBE HISTORY redelivery", "describe history `redelivery`"):
+        assert _sql(warehouse, "--backend", "rs", statement) == REFUSED
+        err = [line for line in capfd.readouterr().err.splitlines() if "sharestate" in line]
+        assert len(err) == 1 and "DESCRIBE HISTORY needs the jvm backend" in err[0] \
+            and "--backend jvm" in err[0], err

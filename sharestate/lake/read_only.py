@@ -120,7 +120,8 @@ def check_statement(spark: SparkSession, statement: str, *, write: bool = False,
     if not delta_sql:
         subquery = jvm.java.lang.Class.forName(_EXPRESSIONS + "SubqueryExpression")
         for _kind, node in _nodes(parsed, subquery):
-            if (what := DELTA_SQL.get(node.getClass().getName())) is not None:
+            if (what := DELTA_SQL.get(node.getClass().getName())
+                    or _spark_read_describe_history(node)) is not None:
                 raise RefusedStatement(
                     f"[{ERROR_CLASS}] {what} needs the jvm backend (Delta's own SQL): "
                     "--backend jvm, with Delta's jars (make jars fetches the pinned ones)")
@@ -130,6 +131,19 @@ def check_statement(spark: SparkSession, statement: str, *, write: bool = False,
         lambda: session.sessionState().executePlan(parsed, skip).analyzed())()
     _check(spark, analyzed, write)
     return parsed
+
+
+def _spark_read_describe_history(node: Any) -> str | None:
+    """`DESCRIBE HISTORY` where Spark's own parser read it (no Delta): DESCRIBE of a column
+    of a table named HISTORY."""
+    if node.getClass().getName() != _LOGICAL + "DescribeColumn":
+        return None
+    relation = node.relation()
+    name = relation.multipartIdentifier() if relation.getClass().getName() == \
+        _ANALYSIS + "UnresolvedTableOrView" else None
+    if name is None or name.size() != 1 or name.apply(0).upper() != "HISTORY":
+        return None
+    return "DESCRIBE HISTORY"
 
 
 def _check(spark: SparkSession, plan: Any, write: bool) -> None:
