@@ -18,12 +18,14 @@ Loading decides what a checkpoint is worth:
   (`CheckpointUnusable`: a warning, and the service replays from the log start, which gives
   the same answers, only later); a damaged file is kept aside as `serve.checkpoint.bad`.
 
-The body is read with an unpickler that only builds sharestate's own classes (and arrays),
-but the directory should still be the service's alone (it is created 0700).
+The body is read with an unpickler that builds only the classes a checkpoint's state is
+made of (`HELD`, named one by one), but the directory should still be the service's alone
+(it is created 0700).
 """
 
 from __future__ import annotations
 
+import array
 import fcntl
 import hashlib
 import io
@@ -41,10 +43,28 @@ from pathlib import Path
 from typing import Any
 
 import sharestate
-from sharestate.app.serve.live_log import LiveLog, PartitionCheckpoint
+from sharestate.app.serve.live_log import LiveLog, PartitionCheckpoint, Progress
 from sharestate.app.serve.state import LiveState
-from sharestate.coordinator.combiner import COMBINERS
+from sharestate.coordinator import (
+    combiner,
+    group_metadata,
+    group_offsets,
+    groups,
+    share_findings,
+    share_rules,
+    share_state,
+)
+from sharestate.coordinator.group_replay import GroupCoordinatorReplay
+from sharestate.coordinator.offsets_manager import OffsetsManager
+from sharestate.coordinator.shard import ShareShard
+from sharestate.log.batch import LogFinding
+from sharestate.records import spec
 from sharestate.records.catalog import Dialect, dialect
+from sharestate.records.keyvalue import RecordError
+from sharestate.replay.group_log import GroupLogResult
+from sharestate.replay.logs import AsOf
+from sharestate.replay.prune import PruneLedger
+from sharestate.replay.share_log import ShareLogResult
 
 FILE = "serve.checkpoint"
 LOCK = "lock"
@@ -122,12 +142,30 @@ class _Pickler(pickle.Pickler):
         return None
 
 
-STANDARD = {("array", "array"), ("array", "_array_reconstructor")}
-"""The classes (and the array's rebuilder) outside sharestate a checkpoint holds."""
+HELD: dict[tuple[str, str], Any] = {
+    (held.__module__, held.__qualname__): held for held in (
+        PartitionCheckpoint, Progress, ShareLogResult, GroupLogResult, AsOf, PruneLedger,
+        LogFinding, RecordError, ShareShard, OffsetsManager, GroupCoordinatorReplay,
+        share_rules.ShareRules, share_findings.ShardFinding, share_state.ShareKey,
+        share_state.SharePartitionState, share_state.StateBatch, combiner._Normalized,
+        combiner.combine, combiner.combine_treeset, spec.Kind, spec.Slot, spec.StructLayout,
+        group_metadata.GroupMetadata, group_metadata.Anomaly, group_metadata.ShareTopic,
+        group_metadata.SharePartitionMetadata, group_offsets.GroupOffsets,
+        group_offsets.CommittedOffset, group_offsets._CommitSlots, groups.ClassicGroup,
+        groups.ClassicMember, groups.ConsumerGroup, groups.ConsumerMember,
+        groups.ResolvedRegex, groups.ShareGroup, groups.ShareMember, groups.StreamsGroup,
+        groups.StreamsMember, groups.StreamsTasks, groups.StreamsTopology,
+        groups.Subtopology, array.array,
+        array._array_reconstructor)}  # type: ignore[attr-defined]  # (pickle's, for arrays)
+"""Everything a checkpoint's state is built of — the classes of the replays' results (and
+the combiner a shard holds, and the prune ledger's arrays) — by (module, name): the
+unpickler builds these and nothing else."""
 
 
 class _Unpickler(pickle.Unpickler):
-    """Builds sharestate's classes, the combiners and `STANDARD`, nothing else."""
+    """Builds `HELD` and nothing else: no other global is looked up, no module imported,
+    and no dotted name resolved (a name such as `subprocess.Popen` is refused, whatever
+    module it is asked of)."""
 
     def persistent_load(self, pid: Any) -> Any:
         if pid == ("log",):
@@ -137,13 +175,10 @@ class _Unpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
 
     def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in STANDARD:
-            return super().find_class(module, name)
-        if module.startswith("sharestate."):
-            found = super().find_class(module, name)
-            if isinstance(found, type) or found in COMBINERS.values():
-                return found
-        raise pickle.UnpicklingError(f"a checkpoint does not hold {module}.{name}")
+        try:
+            return HELD[(module, name)]
+        except KeyError:
+            raise pickle.UnpicklingError(f"a checkpoint does not hold {module}.{name}") from None
 
 
 def encode(partitions: Mapping[Where, PartitionCheckpoint]) -> bytes:

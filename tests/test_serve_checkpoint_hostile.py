@@ -1,0 +1,200 @@
+"""Hostile `serve` checkpoints: files crafted to run code or to stall, crash or exhaust the
+service at start. Each one — a pickled state naming a global the checkpoint does not hold,
+also one behind a valid header and a recomputed checksum — stays inert: nothing runs, no
+file is touched, the service logs one warning and replays from the log, answering what a
+service without a checkpoint answers.
+
+The cluster is librdkafka's mock cluster in this process (a simulated workload's records).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import pickle
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from serve_support import ENDPOINTS, Cluster, eventually, get, mock_cluster, simulated
+
+from sharestate.app.serve.checkpoint import (
+    FILE,
+    MAGIC,
+    CheckpointStore,
+    Settings,
+    encode,
+)
+from sharestate.app.serve.live_log import PartitionCheckpoint, Progress, ReplayOptions
+from sharestate.app.serve.service import CheckpointOptions, Service, start
+from sharestate.cluster import parse_options
+from sharestate.log import discover
+from sharestate.records.catalog import SHARE_STATE_TOPIC
+from sharestate.replay.group_log import replay_group_log
+from sharestate.replay.logs import partition_logs
+from sharestate.replay.rows import offset_rows, state_row
+from sharestate.replay.share_log import ShareLogResult, replay_share_log
+
+FIXTURES = Path(os.environ.get("SHARESTATE_CONFORMANCE_DIR",
+                               Path(__file__).parents[1].parent / "shared" / "fixtures"))
+NEVER = dict(records=10**9, seconds=10**6)
+
+
+@dataclass
+class Served:
+    """A mock cluster with a few hundred records, a good checkpoint of it, and what a
+    service without a checkpoint answers."""
+
+    cluster: Cluster
+    good: bytes
+    expected: dict[str, Any]
+
+
+def serve(cluster: Cluster, directory: Path | None = None) -> Service:
+    options = parse_options({"bootstrap.servers": cluster.bootstrap, "timeoutMs": "10000"})
+    return start(options, ("127.0.0.1", 0), ReplayOptions(), retention_minutes=10080,
+                 version="test", checkpoints=None if directory is None
+                 else CheckpointOptions(directory, **NEVER))  # type: ignore[arg-type]
+
+
+def answers(address: tuple[str, int]) -> dict[str, Any]:
+    found: dict[str, Any] = {path: get(address, path)[1] for path in ENDPOINTS}
+    found["/metrics"] = sorted(
+        (s.name, sorted(s.labels.items()), s.value)
+        for f in text_string_to_metric_families(get(address, "/metrics")[1])
+        if not f.name.startswith(("sharestate_serve_checkpoint", "sharestate_serve_records_behind"))
+        for s in f.samples)
+    return found
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Served:
+    records = simulated(tmp_path_factory.mktemp("simulated"), 1500, seed=11)
+    cluster = mock_cluster()
+    for (topic, partition), written in records.items():
+        cluster.produce(topic, written[:300], partition)
+    directory = tmp_path_factory.mktemp("good")
+    service = serve(cluster, directory)
+    try:
+        eventually(lambda: get(service.address, "/readyz")[0] == 200)
+        expected = answers(service.address)
+    finally:
+        service.close()
+    assert expected["/v1/share-partitions"] and expected["/v1/consumer-group-offsets"]
+    return Served(cluster, (directory / FILE).read_bytes(), expected)
+
+
+def with_body(good: bytes, body: bytes) -> bytes:
+    """`good`'s header over `body`, its length and checksum recomputed: only the body's
+    content tells it is not a checkpoint of the service's."""
+    end = good.index(b"\n", len(MAGIC))
+    header = json.loads(good[len(MAGIC):end]) | {
+        "body_bytes": len(body), "body_sha256": hashlib.sha256(body).hexdigest()}
+    return MAGIC + json.dumps(header).encode() + b"\n" + body
+
+
+def calling(module: str, name: str, *args: object) -> bytes:
+    """A pickle (protocol 4, which resolves dotted names) that calls `module`'s `name`
+    with `args`."""
+    return (b"\x80\x04c" + f"{module}\n{name}\n".encode()
+            + pickle.dumps(args, protocol=2)[2:-1] + b"R.")
+
+
+def replayed_with_one_warning(served: Served, tmp_path: Path, data: bytes,
+                              caplog: pytest.LogCaptureFixture) -> str:
+    """Start on a checkpoint holding `data`: the service must replay from the log start,
+    answer as without a checkpoint and log exactly one warning (returned)."""
+    directory = tmp_path / "checkpoints"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    (directory / FILE).write_bytes(data)
+    caplog.clear()
+    service = serve(served.cluster, directory)
+    try:
+        assert service.tailer.starts == {}
+        eventually(lambda: get(service.address, "/readyz")[0] == 200)
+        assert answers(service.address) == served.expected
+    finally:
+        service.close(checkpoint=False)
+    warnings = [r.getMessage() for r in caplog.records
+                if r.name == "sharestate.serve" and r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].endswith("replaying from the log start"), warnings
+    return warnings[0]
+
+
+@pytest.fixture()
+def victim(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "victim"
+    path.write_text("kept")
+    yield path
+    assert path.read_text() == "kept"
+
+
+def test_a_crafted_checkpoint_runs_nothing_and_touches_no_file(
+        served: Served, tmp_path: Path, victim: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="sharestate.serve")
+    ran = tmp_path / "ran"
+    touch = ["/bin/sh", "-c", f"echo ran > {ran}"]
+    crafted = {
+        "a process, through a sharestate module": calling("sharestate.jars",
+                                                          "subprocess.Popen", touch),
+        "a file truncated, through a serve module": calling(
+            "sharestate.app.serve.checkpoint", "io.FileIO", str(victim), "w"),
+        "a shell command, through os": calling("sharestate.app.serve.checkpoint",
+                                               "os.system", f"echo ran > {ran}"),
+        "a process, directly": calling("subprocess", "Popen", touch),
+        "a sharestate function that opens files": calling(
+            "sharestate.app.serve.checkpoint", "_private", str(victim),
+            os.O_WRONLY | os.O_TRUNC),
+        "a sharestate class that is no state": calling(
+            "sharestate.app.serve.checkpoint", "CheckpointStore", str(victim), None),
+        "a builtin": calling("builtins", "eval", f"open({str(victim)!r}, 'w')"),
+    }
+    for name, body in crafted.items():
+        warning = replayed_with_one_warning(served, tmp_path, with_body(served.good, body),
+                                            caplog)
+        assert not ran.exists(), name
+        assert victim.read_text() == "kept", name
+        assert ": its body does not load (a checkpoint does not hold " in warning, (name,
+                                                                                   warning)
+
+
+def test_every_class_a_replay_holds_loads_back(tmp_path: Path) -> None:
+    """The unpickler's list of classes covers every replay result of Kafka's own logs
+    (both dialects, both semantics, every group type): each loads back equal."""
+    logs, _ = partition_logs(discover(sorted(  # the large replays hold no other class
+        str(path) for path in FIXTURES.glob("kafka-*/*.log") if "large" not in path.name)))
+    assert len(logs) > 10
+    partitions: dict[tuple[str, int], PartitionCheckpoint] = {}
+    read = {}
+    for index, log in enumerate(logs):
+        results = ([replay_share_log(log, semantics=s) for s in ("kafka", "transactional-acks")]
+                   if log.topic == SHARE_STATE_TOPIC else [replay_group_log(log)])
+        for result in results:
+            where = (log.topic, len(partitions))
+            read[where] = log
+            result.log = None  # type: ignore[assignment]  # a checkpoint leaves it out
+            partitions[where] = PartitionCheckpoint(Progress(index), log.dialects[0], result)
+    store = CheckpointStore(tmp_path, Settings("cluster", "kafka", None, 500))
+    store.save(encode(partitions), {}, 0, "test")
+    loaded = store.load()
+    assert loaded is not None and loaded.partitions.keys() == partitions.keys()
+    for where, saved in partitions.items():
+        back, result = loaded.partitions[where].result, saved.result
+        assert back is not None and result is not None
+        back.log = result.log = read[where]
+        if isinstance(result, ShareLogResult):
+            assert isinstance(back, ShareLogResult)
+            assert [state_row(back, key) for key in sorted(back.shard)] == [
+                state_row(result, key) for key in sorted(result.shard)]
+        else:
+            assert not isinstance(back, ShareLogResult)
+            assert offset_rows(back.coordinator, 10080) == offset_rows(result.coordinator,
+                                                                       10080)
+        assert back.findings == result.findings
