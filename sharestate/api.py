@@ -129,8 +129,8 @@ def share_partition_states(sources: Sources, *, as_of_offset: int | None = None,
                            as_of_time: When = None, semantics: str = KAFKA,
                            group: str | None = None) -> pa.Table:
     """Every live share-partition as of the stop point: `share_partition_state` rows."""
-    batches = [state_batch(result, UNKNOWN_PARTITION if result.log.partition is None
-                           else result.log.partition)
+    batches = [state_batch(result, UNKNOWN_PARTITION if result.partition is None
+                           else result.partition)
                for result in replay_share(sources, as_of_offset=as_of_offset,
                                           as_of_time=as_of_time, semantics=semantics).results]
     states = pa.Table.from_batches(batches, schema=table("share_partition_state").arrow_schema())

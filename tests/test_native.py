@@ -490,7 +490,7 @@ def _apply(batches: list[Any], limit: int, as_of: Any, collect: bool, in_c: bool
     from sharestate.replay.share_log import _Applier, native_slots
 
     shard = ShareShard(rules_for("4.1", limit))
-    applier = _Applier(shard, None)
+    applier = _Applier(shard)
     context = shard.native_context()
     assert context is not None
     slots = native_slots(("4.0", "4.1"))

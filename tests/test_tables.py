@@ -110,8 +110,10 @@ def test_silver_group_rows_type_offset_commits() -> None:
 def _replayed(log: Any, as_of: AsOf = END) -> dict[str, Any]:
     """Everything a share replay reports, with the audit rows of its observer."""
     auditor = ShareAuditor(0, dialects=tuple(log.dialects))
-    replay = ShareReplay(log, as_of=as_of, collect_history=True, observe=auditor.batch)
-    history = [entry for entries in replay.steps() for entry in entries]
+    replay = ShareReplay.of_log(log, as_of=as_of, collect_history=True, observe=auditor.batch)
+    history = []
+    for item in log.items():
+        history.extend(replay.apply(item))
     result = replay.result
     shard = result.shard
     return {"history": history, "audit": auditor.drain(),

@@ -28,8 +28,8 @@ class StateContext:
     @classmethod
     def of(cls, result: ShareLogResult) -> StateContext:
         """The context of a replayed partition log."""
-        partition = result.log.partition
-        return cls(result.log.topic, UNKNOWN_PARTITION if partition is None else partition,
+        partition = result.partition
+        return cls(result.topic, UNKNOWN_PARTITION if partition is None else partition,
                    result.last_applied_offset, result.last_applied_timestamp)
 
 

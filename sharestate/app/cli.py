@@ -229,11 +229,11 @@ def _replay_share(args: argparse.Namespace) -> tuple[list[ShareLogResult], int]:
     results = [replay_share_log(log, as_of=_as_of(args), semantics=args.semantics,
                                 snapshot_update_records_per_snapshot=args.snapshot_update_records)
                for log in logs]
-    findings = [*unknown, *((r.log.topic, r.log.partition, f) for r in results
+    findings = [*unknown, *((r.topic, r.partition, f) for r in results
                             for f in r.findings)]
     for result in results:
         for finding in result.shard.findings:
-            print(f"{result.log.name} offset {finding.offset}: {finding.code}: {finding.message}",
+            print(f"{result.name} offset {finding.offset}: {finding.code}: {finding.message}",
                   file=sys.stderr)
     status = _report(args, findings, sum(len(r.shard.findings) for r in results))
     return results, status
@@ -265,7 +265,7 @@ def cmd_offsets(args: argparse.Namespace) -> int:
     rows = [row for result in results for row in offset_rows(
         result.coordinator, args.retention_minutes, group=args.group, pending=args.pending)]
     _write_rows(rows, args.output)
-    return _report(args, [*unknown, *((r.log.topic, r.log.partition, f) for r in results
+    return _report(args, [*unknown, *((r.topic, r.partition, f) for r in results
                                       for f in r.findings)], 0)
 
 

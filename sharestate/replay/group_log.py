@@ -1,23 +1,34 @@
-"""Replay one `__consumer_offsets` partition log as Kafka's loader does, as of any point."""
+"""Replay one `__consumer_offsets` partition log as Kafka's loader does, as of any point.
+
+`GroupReplay` is pushed the log's items in log order, as Kafka's loader feeds
+`GroupCoordinatorShard.replay`; `replay_group_log` is the loop that feeds it a whole log.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sharestate.coordinator.group_offsets import OffsetListener
 from sharestate.coordinator.group_replay import GroupCoordinatorReplay
 from sharestate.log import ControlRecord, LogFinding
 from sharestate.records.catalog import dialect
-from sharestate.records.segment import DecodedBatch
+from sharestate.records.segment import DecodedBatch, LogItem, QuietRun
 from sharestate.replay.logs import END, AsOf, LogSource
+
+Observer = Callable[[DecodedBatch | LogFinding], None]
+"""Sees each batch (or batch-level finding) before its records apply; not a batch whose
+first record is past the stop point."""
 
 
 @dataclass
 class GroupLogResult:
-    """A replayed offsets partition: the coordinator state and the log's findings."""
+    """The state of one replayed offsets partition: the coordinator state and what the log
+    looked like up to the last record applied."""
 
-    log: LogSource
+    topic: str
+    partition: int | None
+    name: str
     coordinator: GroupCoordinatorReplay
     last_applied_offset: int | None = None
     last_applied_timestamp: int | None = None
@@ -28,64 +39,84 @@ class GroupLogResult:
 
 def replay_group_log(log: LogSource, *, as_of: AsOf = END,
                      listener: OffsetListener | None = None,
-                     observe: Callable[[DecodedBatch | LogFinding], None] | None = None
-                     ) -> GroupLogResult:
-    """Replay `log` up to `as_of` (default: its end); `observe` sees each batch before its
-    records apply (not one whose first record is past the stop point)."""
-    replay = GroupReplay(log, as_of=as_of, listener=listener, observe=observe)
-    for _ in replay.steps():
-        pass
+                     observe: Observer | None = None) -> GroupLogResult:
+    """Replay `log` up to `as_of` (default: its end): its batches applied one by one."""
+    replay = GroupReplay.of_log(log, as_of=as_of, listener=listener, observe=observe)
+    for item in log.batches():
+        replay.apply(item)
+        if replay.stopped:
+            break
     return replay.result
 
 
-class GroupReplay:
-    """`replay_group_log` as steps (one per batch read): `result` is current between steps
-    and complete when the iteration ends (what a replay that follows a live log reads).
-    `resume` continues an earlier replay of the same log from the result it left between
-    two steps (a checkpoint), over `log`, which starts where that one stopped."""
+def group_state(topic: str, partition: int | None, dialect_name: str, *,
+                name: str | None = None, listener: OffsetListener | None = None
+                ) -> GroupLogResult:
+    """The empty state of an offsets partition whose records are of `dialect_name`."""
+    return GroupLogResult(topic, partition, name or f"{topic}-{partition}",
+                          GroupCoordinatorReplay(dialect(dialect_name), listener))
 
-    def __init__(self, log: LogSource, *, as_of: AsOf = END,
-                 listener: OffsetListener | None = None,
-                 observe: Callable[[DecodedBatch | LogFinding], None] | None = None,
-                 resume: GroupLogResult | None = None) -> None:
-        if resume is None:
-            names = list(log.dialects)
-            self.result = GroupLogResult(log, GroupCoordinatorReplay(dialect(names[-1]),
-                                                                     listener))
-        else:  # the same log, continued from where an earlier replay of it stopped
-            resume.log = log
-            self.result = resume
+
+class GroupReplay:
+    """One `__consumer_offsets` partition replayed as its log items arrive.
+
+    `apply` takes a decoded batch (a `QuietRun` batch by batch) or a batch-level finding,
+    in log order, and updates `result`, the whole state. Records past the stop point
+    `as_of` are not applied: `stopped` turns true and later items change nothing.
+    `observe` sees each batch before its records apply (not one whose first record is past
+    the stop point).
+    """
+
+    def __init__(self, result: GroupLogResult, *, as_of: AsOf = END,
+                 observe: Observer | None = None) -> None:
+        self.result = result
         self.as_of = as_of
         self.observe = observe
+        self.stopped = False
 
-    def steps(self) -> Iterator[None]:
-        result, as_of, observe = self.result, self.as_of, self.observe
+    @classmethod
+    def of_log(cls, log: LogSource, *, as_of: AsOf = END,
+               listener: OffsetListener | None = None, observe: Observer | None = None
+               ) -> GroupReplay:
+        """A replay of `log` from its start (feed it `log.batches()`); its records are
+        decoded under the log's last dialect."""
+        return cls(group_state(log.topic, log.partition, log.dialects[-1], name=log.name,
+                               listener=listener), as_of=as_of, observe=observe)
+
+    def apply(self, item: LogItem) -> None:
+        """Apply the next item of the log."""
+        if isinstance(item, QuietRun):
+            for batch in item.batches():
+                self.apply(batch)
+            return
+        if self.stopped:
+            return
+        result, as_of = self.result, self.as_of
+        if isinstance(item, LogFinding):
+            if self.observe is not None:
+                self.observe(item)
+            result.findings.append(item)
+            return
+        records = item.records
+        if records and as_of.passed(records[0].offset, records[0].timestamp):
+            self.stopped = True
+            return
+        if self.observe is not None:
+            self.observe(item)
+        result.findings.extend(item.findings)
+        result.findings.extend(item.failed)
         coordinator = result.coordinator
-        for item in result.log.batches():
-            if observe is not None and (isinstance(item, LogFinding) or not item.records or not
-                                        as_of.passed(item.records[0].offset,
-                                                     item.records[0].timestamp)):
-                observe(item)
-            if isinstance(item, LogFinding):
-                result.findings.append(item)
-                yield None
-                continue
-            header = item.header
-            if item.records and as_of.passed(item.records[0].offset, item.records[0].timestamp):
+        producer_id = item.header.producer_id
+        for record, decoded in zip(records, item.decoded, strict=True):
+            if as_of.passed(record.offset, record.timestamp):
+                self.stopped = True
                 return
-            result.findings.extend(item.findings)
-            result.findings.extend(item.failed)
-            for record, decoded in zip(item.records, item.decoded, strict=True):
-                if as_of.passed(record.offset, record.timestamp):
-                    return
-                if isinstance(decoded, ControlRecord):
-                    if decoded.type in ("COMMIT", "ABORT"):
-                        coordinator.end_transaction(header.producer_id,
-                                                    decoded.type == "COMMIT", record.offset)
-                elif not isinstance(decoded, LogFinding):  # a bad one is in `item.failed`
-                    coordinator.replay(record.offset, header.producer_id, decoded,
-                                       record.timestamp)
-                result.records += 1
-                result.last_applied_offset = record.offset
-                result.last_applied_timestamp = record.timestamp
-            yield None
+            if isinstance(decoded, ControlRecord):
+                if decoded.type in ("COMMIT", "ABORT"):
+                    coordinator.end_transaction(producer_id, decoded.type == "COMMIT",
+                                                record.offset)
+            elif not isinstance(decoded, LogFinding):  # a bad one is in `item.failed`
+                coordinator.replay(record.offset, producer_id, decoded, record.timestamp)
+            result.records += 1
+            result.last_applied_offset = record.offset
+            result.last_applied_timestamp = record.timestamp

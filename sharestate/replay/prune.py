@@ -119,9 +119,9 @@ def prune_recommendation(result: ShareLogResult) -> dict[str, Any]:
         oldest = min(snapshots)
         cold = min((o for o in snapshots if o != oldest), default=result.log_end_offset)
         cold_records, cold_bytes = result.ledger.below(cold)
-    partition = result.log.partition
+    partition = result.partition
     return {
-        "state_topic": result.log.topic,
+        "state_topic": result.topic,
         "state_partition": UNKNOWN_PARTITION if partition is None else partition,
         "prune_offset": point,
         "log_start_offset": result.log_start_offset,
@@ -146,5 +146,5 @@ def prune_row(result: ShareLogResult) -> dict[str, Any]:
     """One state-topic partition as `sharestate prune` prints it: the recommendation's
     current figures, under the partition's topic and number (null when unknown)."""
     row = prune_recommendation(result)
-    return {"topic": result.log.topic, "partition": result.log.partition,
+    return {"topic": result.topic, "partition": result.partition,
             **{name: row[name] for name in PRUNE_LINE}}

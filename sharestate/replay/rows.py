@@ -41,8 +41,8 @@ def state_row(result: ShareLogResult, key: ShareKey) -> dict[str, Any]:
         "max_leader_epoch": shard.leader_epoch(key),
         "max_state_epoch": shard.state_epoch(key),
         "snapshot_update_count": shard.snapshot_update_count(key),
-        "state_topic": result.log.topic,
-        "state_partition": result.log.partition,
+        "state_topic": result.topic,
+        "state_partition": result.partition,
         "dialect": shard.rules.dialect,
     }
 

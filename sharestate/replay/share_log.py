@@ -1,21 +1,22 @@
 """Replay one `__share_group_state` partition log into a `ShareShard`, as of any point.
 
-One streaming pass: batches are decoded and applied in log order until the stop point, so
-memory holds the live share-partitions (plus, for the prune accounting, the sizes of the
-batches above the current prune point), never the log. An optional `history` callback sees
-the shard after every applied record, which is what the history table is built from.
+`ShareReplay` is pushed the log's items (decoded batches, quiet runs, findings) in log
+order and applies them until the stop point, so memory holds the live share-partitions
+(plus, for the prune accounting, the sizes of the batches above the current prune point),
+never the log; `replay_share_log` is the loop that feeds it a whole log. The history
+entries it can return after each item are what the history table is built from.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from operator import attrgetter, sub
 
 from sharestate import native
-from sharestate.coordinator.shard import KAFKA, NativeContext, ShareShard
+from sharestate.coordinator.shard import KAFKA, ShareShard
 from sharestate.coordinator.share_rules import (
     DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT,
     ShareRules,
@@ -31,12 +32,9 @@ from sharestate.coordinator.share_state import (
 )
 from sharestate.log import BatchHeader, ControlRecord, LogFinding, RawRecord
 from sharestate.records.catalog import SHARE_STATE_TOPIC, dialect, dialect_names
-from sharestate.records.segment import Decoded, LogItem, QuietRun
+from sharestate.records.segment import Decoded, DecodedBatch, LogItem, QuietRun
 from sharestate.replay.logs import END, AsOf, LogSource
 from sharestate.replay.prune import PruneLedger
-
-History = Callable[[int, int, ShareKey, ShareShard], None]
-"""Called after each applied data record: (offset, timestamp, key, shard)."""
 
 HistoryEntry = tuple[int, int, ShareKey, SharePartitionState | None, int | None, int | None,
                      int | None, int | None]
@@ -53,11 +51,15 @@ batch whose first record is past the stop point is not read."""
 
 @dataclass
 class ShareLogResult:
-    """A replayed state-topic partition: the shard and what the log looked like."""
+    """The state of one replayed state-topic partition: the shard, the prune ledger and
+    what the log looked like up to the last record applied (all of it data: see
+    `sharestate.replay.snapshot`)."""
 
-    log: LogSource
+    topic: str
+    partition: int | None
+    name: str
+    """How findings name the log (`<topic>-<partition>`, or the file of a loose segment)."""
     shard: ShareShard
-    as_of: AsOf
     last_applied_offset: int | None = None
     last_applied_timestamp: int | None = None
     log_start_offset: int | None = None
@@ -72,126 +74,163 @@ class ShareLogResult:
     ledger: PruneLedger = field(default_factory=PruneLedger, repr=False, compare=False)
 
 
-def rules_of(log: LogSource, limit: int) -> ShareRules:
-    """Replay rules for a log: those of its newest dialect (an upgraded log ends newest)."""
+def rules_of(dialects: Iterable[str], limit: int) -> ShareRules:
+    """Replay rules for a log of `dialects`: those of its newest (an upgraded log ends
+    newest)."""
     newest = dialect_names()
-    used = sorted(set(log.dialects), key=newest.index)
+    used = sorted(set(dialects), key=newest.index)
     return rules_for(used[0] if used else newest[0], limit)
 
 
 def replay_share_log(log: LogSource, *, as_of: AsOf = END, semantics: str = KAFKA,
                      snapshot_update_records_per_snapshot: int = (
                          DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT),
-                     history: History | None = None,
                      history_sink: HistorySink | None = None) -> ShareLogResult:
-    """Replay `log` up to `as_of` (default: its end).
+    """Replay `log` up to `as_of` (default: its end): its items applied one by one.
 
-    `history` is called after every applied data record; `history_sink`, when given, is
-    called after every batch with the `HistoryEntry` of each data record it applied (the
-    fast way to build the history table: memory stays bounded by one batch). Clean records
-    are applied in C (`sharestate._native.share_apply`) when the extension is built, the
-    shard allows it and no `history` callback is set; every other record takes
-    `_Applier.apply`, the Python path that defines the semantics.
+    `history_sink`, when given, is called after every batch with the `HistoryEntry` of each
+    data record it applied (the fast way to build the history table: memory stays bounded
+    by one batch).
     """
-    replay = ShareReplay(log, as_of=as_of, semantics=semantics,
-                         snapshot_update_records_per_snapshot=(
-                             snapshot_update_records_per_snapshot),
-                         history=history, collect_history=history_sink is not None)
-    for entries in replay.steps():
+    replay = ShareReplay.of_log(log, as_of=as_of, semantics=semantics,
+                                snapshot_update_records_per_snapshot=(
+                                    snapshot_update_records_per_snapshot),
+                                collect_history=history_sink is not None)
+    for item in log.items():
+        entries = replay.apply(item)
         if entries and history_sink is not None:
             history_sink(entries)
+        if replay.stopped:
+            break
     return replay.result
 
 
-class ShareReplay:
-    """`replay_share_log` as steps: iterate `steps()` (one per batch) to drive it.
+def share_state(topic: str, partition: int | None, dialects: Iterable[str], *,
+                name: str | None = None, semantics: str = KAFKA,
+                snapshot_update_records_per_snapshot: int = (
+                    DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT)) -> ShareLogResult:
+    """The empty state of a state-topic partition whose records are of `dialects`."""
+    shard = ShareShard(rules_of(dialects, snapshot_update_records_per_snapshot), semantics)
+    return ShareLogResult(topic, partition, name or f"{topic}-{partition}", shard)
 
-    Each step yields the history entries of one batch (empty unless `collect_history`),
-    so a caller can turn them into output between batches; `result` is complete when the
-    iteration ends. `resume`, a result an earlier replay of the same log left between two
-    steps (a checkpoint of the live service), continues that replay over `log`, which
-    starts where it stopped; its semantics and rules are kept.
+
+class ShareReplay:
+    """One `__share_group_state` partition replayed as its log items arrive.
+
+    Kafka's `ShareCoordinatorShard` is fed record by record (`replay(offset, producerId,
+    producerEpoch, record)`); this is fed item by item: `apply` takes a decoded batch, a
+    `QuietRun` (applied in C in one call when the extension is built and no stop point can
+    fall inside it) or a batch-level finding, in log order, and updates `result`, the whole
+    state. Records past the stop point `as_of` are not applied: `stopped` turns true and
+    later items change nothing. With `collect_history`, `apply` returns the `HistoryEntry`
+    of each data record it applied; `observe` sees each item before its records apply (not
+    a batch whose first record is past the stop point).
+
+    Clean records are applied in C (`sharestate._native.share_apply`) when the extension is
+    built and the shard allows it; every other record takes `_Applier.apply`, the Python
+    path that defines the semantics.
     """
 
-    def __init__(self, log: LogSource, *, as_of: AsOf = END, semantics: str = KAFKA,
-                 snapshot_update_records_per_snapshot: int = (
-                     DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT),
-                 history: History | None = None, collect_history: bool = False,
-                 observe: Observer | None = None, resume: ShareLogResult | None = None
-                 ) -> None:
-        self.log = log
-        if resume is None:
-            shard = ShareShard(rules_of(log, snapshot_update_records_per_snapshot), semantics)
-            self.result = ShareLogResult(log, shard, as_of)
-        else:  # the same log, continued from where an earlier replay of it stopped
-            resume.log = log
-            self.result = resume
-        self.history = history
+    def __init__(self, result: ShareLogResult, *, as_of: AsOf = END,
+                 collect_history: bool = False, observe: Observer | None = None) -> None:
+        self.result = result
+        self.as_of = as_of
         self.collect_history = collect_history
         self.observe = observe
-
-    def steps(self) -> Iterator[list[HistoryEntry]]:
-        result = self.result
+        self.stopped = False
         shard = result.shard
-        as_of = result.as_of
-        findings = result.findings
-        history = self.history
-        context = shard.native_context() if native.enabled() and history is None else None
-        slots = native_slots(tuple(sorted(set(self.log.dialects)))) if context else {}
-        apply = native.module.share_apply if context is not None else None
-        bounded = not as_of.unbounded
-        collect = self.collect_history
-        observe = self.observe
-        applier = _Applier(shard, history)
-        # A quiet run goes to C in one call when nothing can stop the replay inside it.
-        quiet = apply is not None and not bounded
-        for item in self.log.items() if quiet else self.log.batches():
-            if isinstance(item, QuietRun):
-                if observe is not None:
-                    observe(item)
-                yield self._quiet_run(item, applier, context, slots)
-                continue
-            if isinstance(item, LogFinding):
-                if observe is not None:
-                    observe(item)
-                findings.append(item)
-                continue
-            header = item.header
-            records = item.records
-            if records and bounded and as_of.passed(records[0].offset, records[0].timestamp):
+        self._context = shard.native_context() if native.enabled() else None
+        self._slots = native_slots(tuple(sorted(dialect_names()))) if self._context else {}
+        self._applier = _Applier(shard)
+        self._runs = self._context is not None and as_of.unbounded
+        """Whether a quiet run goes to C in one call (nothing can stop the replay in it)."""
+
+    @classmethod
+    def of_log(cls, log: LogSource, *, as_of: AsOf = END, semantics: str = KAFKA,
+               snapshot_update_records_per_snapshot: int = (
+                   DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT),
+               collect_history: bool = False, observe: Observer | None = None
+               ) -> ShareReplay:
+        """A replay of `log` from its start (feed it `log.items()`)."""
+        return cls(share_state(log.topic, log.partition, log.dialects, name=log.name,
+                               semantics=semantics,
+                               snapshot_update_records_per_snapshot=(
+                                   snapshot_update_records_per_snapshot)),
+                   as_of=as_of, collect_history=collect_history, observe=observe)
+
+    def apply(self, item: LogItem) -> list[HistoryEntry]:
+        """Apply the next item of the log; the history entries of its data records (empty
+        unless `collect_history`)."""
+        if self.stopped:
+            return []
+        if isinstance(item, QuietRun):
+            if self._runs:
+                if self.observe is not None:
+                    self.observe(item)
+                return self._quiet_run(item)
+            return self._batches(item)
+        if isinstance(item, LogFinding):
+            if self.observe is not None:
+                self.observe(item)
+            self.result.findings.append(item)
+            return []
+        return self._batch(item)
+
+    def _batches(self, run: QuietRun) -> list[HistoryEntry]:
+        """Apply a quiet run batch by batch (a stop point may fall inside it)."""
+        entries: list[HistoryEntry] = []
+        for batch in run.batches():
+            entries.extend(self._batch(batch))
+            if self.stopped:
                 break
-            if observe is not None:
-                observe(item)
-            findings.extend(item.findings)
-            findings.extend(item.failed)
-            if not records:  # a refused batch (its finding says why), or an empty one
-                continue
-            if result.log_start_offset is None:
-                result.log_start_offset = header.base_offset
-            entries: list[HistoryEntry] = []
-            applier.header = header
-            applier.entries = entries if collect else None
-            if apply is not None and context is not None:
-                applied, stopped, last_offset, last_timestamp = apply(
-                    context, records, item.decoded, as_of.offset, as_of.time, slots,
-                    applier.apply, applier.entries)
-            else:
-                applied, stopped, last_offset, last_timestamp = applier.apply_all(
-                    records, item.decoded, as_of)
-            if applied:
-                result.last_applied_offset = last_offset
-                result.last_applied_timestamp = last_timestamp
-            result.records += applied
-            if stopped:
-                if result.last_applied_offset is not None:
-                    result.log_end_offset = result.last_applied_offset + 1
-                yield entries
-                break
-            result.bytes += header.size_in_bytes
-            result.log_end_offset = header.last_offset + 1
-            result.ledger.add(header.last_offset, len(records), header.size_in_bytes)
-            self._advance_ledger()
-            yield entries
+        return entries
+
+    def _batch(self, item: DecodedBatch) -> list[HistoryEntry]:
+        result = self.result
+        as_of = self.as_of
+        header = item.header
+        records = item.records
+        if records and as_of.passed(records[0].offset, records[0].timestamp):
+            self._stop()  # the log read ends with the batch before
+            return []
+        if self.observe is not None:
+            self.observe(item)
+        result.findings.extend(item.findings)
+        result.findings.extend(item.failed)
+        entries: list[HistoryEntry] = []
+        if not records:  # a refused batch (its finding says why), or an empty one
+            return entries
+        if result.log_start_offset is None:
+            result.log_start_offset = header.base_offset
+        applier = self._applier
+        applier.header = header
+        applier.entries = entries if self.collect_history else None
+        context = self._context
+        if context is not None:
+            applied, stopped, last_offset, last_timestamp = native.module.share_apply(
+                context, records, item.decoded, as_of.offset, as_of.time, self._slots,
+                applier.apply, applier.entries)
+        else:
+            applied, stopped, last_offset, last_timestamp = applier.apply_all(
+                records, item.decoded, as_of)
+        if applied:
+            result.last_applied_offset = last_offset
+            result.last_applied_timestamp = last_timestamp
+        result.records += applied
+        if stopped:  # inside this batch: the log read ends after its last record applied
+            if result.last_applied_offset is not None:
+                result.log_end_offset = result.last_applied_offset + 1
+            self._stop()
+            return entries
+        result.bytes += header.size_in_bytes
+        result.log_end_offset = header.last_offset + 1
+        result.ledger.add(header.last_offset, len(records), header.size_in_bytes)
+        self._advance_ledger()
+        return entries
+
+    def _stop(self) -> None:
+        """The stop point is reached: nothing more applies."""
+        self.stopped = True
         self._advance_ledger()
 
     def _advance_ledger(self) -> None:
@@ -202,24 +241,25 @@ class ShareReplay:
         result.reclaimable_records = result.ledger.records
         result.reclaimable_bytes = result.ledger.bytes
 
-    def _quiet_run(self, run: QuietRun, applier: _Applier, context: NativeContext | None,
-                   slots: SlotTable) -> list[HistoryEntry]:
+    def _quiet_run(self, run: QuietRun) -> list[HistoryEntry]:
         """Apply a whole quiet run in C (unbounded replay only); its history entries.
 
         The ledger then advances once for the run: the prune point only rises, and nothing
         in a quiet run holds it back, so the batches it releases are the same."""
-        assert context is not None
         result = self.result
         headers = run.headers
         if result.log_start_offset is None:
             result.log_start_offset = headers[0].base_offset
+        context = self._context
+        assert context is not None
         entries: list[HistoryEntry] = []
+        applier = self._applier
         applier.run = run
         applier.lasts = None
         applier.entries = entries if self.collect_history else None
         applied, _, last_offset, last_timestamp = native.module.share_apply(
-            context, run.records, run.decoded, None, None, slots, applier.apply_in_run,
-            applier.entries)
+            context, run.records, run.decoded, None, None, self._slots,
+            applier.apply_in_run, applier.entries)
         if applied:
             result.last_applied_offset = last_offset
             result.last_applied_timestamp = last_timestamp
@@ -241,11 +281,10 @@ _LAST_OFFSET = attrgetter("last_offset")
 class _Applier:
     """Applies the records of one batch to the shard (the Python path)."""
 
-    __slots__ = ("entries", "header", "history", "lasts", "run", "shard")
+    __slots__ = ("entries", "header", "lasts", "run", "shard")
 
-    def __init__(self, shard: ShareShard, history: History | None) -> None:
+    def __init__(self, shard: ShareShard) -> None:
         self.shard = shard
-        self.history = history
         self.header: BatchHeader | None = None
         """The batch being applied (set before each batch)."""
         self.entries: list[HistoryEntry] | None = None
@@ -299,8 +338,6 @@ class _Applier:
                 value = share_value(decoded.value, layout)
             self.shard.replay(offset, kind.type_id, key, value, header.producer_id,
                               header.is_transactional)
-            if self.history is not None:
-                self.history(offset, record.timestamp, key, self.shard)
             if self.entries is not None:
                 shard = self.shard
                 self.entries.append((offset, record.timestamp, key, shard.state(key),

@@ -91,7 +91,7 @@ def state_batch(result: ShareLogResult, state_partition: int) -> pa.RecordBatch:
     dialect = shard.rules.dialect
     n = len(keys)
     columns = {
-        "state_topic": [result.log.topic] * n,
+        "state_topic": [result.topic] * n,
         "state_partition": [state_partition] * n,
         **_key_columns(keys),
         **_state_columns(states, has_delivery_complete_count(dialect)),

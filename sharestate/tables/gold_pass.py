@@ -103,18 +103,20 @@ def share_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator
     for partition, slices in column_runs(rows, "partition"):
         dialect, slices = _first_dialect(slices)
         auditor = ShareAuditor(partition, dialects=(dialect,))
-        replay = ShareReplay(ArrowLog(SHARE_STATE_TOPIC, partition, slices, dialect),
-                             as_of=options.as_of, semantics=options.semantics,
-                             snapshot_update_records_per_snapshot=(
-                                 options.snapshot_update_records_per_snapshot),
-                             collect_history=True, observe=auditor.batch)
+        log = ArrowLog(SHARE_STATE_TOPIC, partition, slices, dialect)
+        replay = ShareReplay.of_log(log, as_of=options.as_of, semantics=options.semantics,
+                                    snapshot_update_records_per_snapshot=(
+                                        options.snapshot_update_records_per_snapshot),
+                                    collect_history=True, observe=auditor.batch)
         pending: list[HistoryEntry] = []
-        for entries in replay.steps():
-            pending.extend(entries)
+        for item in log.items():
+            pending.extend(replay.apply(item))
             if len(pending) >= HISTORY_ROWS:
                 yield SHARE_GOLD[0], history_batch(pending, SHARE_STATE_TOPIC, partition,
                                                    dialect)
                 pending = []
+            if replay.stopped:
+                break
         if pending:
             yield SHARE_GOLD[0], history_batch(pending, SHARE_STATE_TOPIC, partition, dialect)
         result = replay.result

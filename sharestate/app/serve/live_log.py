@@ -26,9 +26,9 @@ from sharestate.records.catalog import SHARE_STATE_TOPIC
 from sharestate.records.catalog import dialect as dialect_schemas
 from sharestate.records.detect import detect
 from sharestate.records.keyvalue import KeyValue
-from sharestate.records.segment import DecodedBatch, LogItem, QuietRun, record_finding
-from sharestate.replay.group_log import GroupLogResult, GroupReplay
-from sharestate.replay.share_log import ShareLogResult, ShareReplay
+from sharestate.records.segment import LogItem, QuietRun, record_finding
+from sharestate.replay.group_log import GroupLogResult, GroupReplay, group_state
+from sharestate.replay.share_log import ShareLogResult, ShareReplay, share_state
 from sharestate.tables.arrow_log import consumed_chunk
 
 LOG = logging.getLogger("sharestate.serve")
@@ -80,13 +80,6 @@ class LiveLog:
     @property
     def dialects(self) -> tuple[str, ...]:
         return (self.dialect,)
-
-    def batches(self) -> Iterator[DecodedBatch | LogFinding]:
-        for item in self.items():
-            if isinstance(item, QuietRun):
-                yield from item.batches()
-            else:
-                yield item
 
     def items(self) -> Iterator[LogItem]:
         """Each chunk's batches (quiet ones in runs) until `None` is put; the lock is held
@@ -233,25 +226,25 @@ class PartitionReplay:
     def _start(self, dialect: str, resume: ShareLogResult | GroupLogResult | None = None
                ) -> None:
         self.log = LiveLog(self.topic, self.partition, dialect, self.lock, self.progress)
+        replay: ShareReplay | GroupReplay
         if self.topic == SHARE_STATE_TOPIC:
             assert resume is None or isinstance(resume, ShareLogResult)
-            self.share = ShareReplay(self.log, semantics=self.options.semantics,
-                                     snapshot_update_records_per_snapshot=(
-                                         self.options.snapshot_update_records_per_snapshot),
-                                     resume=resume)
-            steps: Iterator[object] = self.share.steps()
+            replay = self.share = ShareReplay(resume or share_state(
+                self.topic, self.partition, (dialect,), semantics=self.options.semantics,
+                snapshot_update_records_per_snapshot=(
+                    self.options.snapshot_update_records_per_snapshot)))
         else:
             assert resume is None or isinstance(resume, GroupLogResult)
-            self.group = GroupReplay(self.log, resume=resume)
-            steps = self.group.steps()
-        self.thread = threading.Thread(target=self._run, args=(steps,),
+            replay = self.group = GroupReplay(resume or group_state(self.topic, self.partition,
+                                                                    dialect))
+        self.thread = threading.Thread(target=self._run, args=(self.log, replay),
                                        name=f"replay-{self.log.name}", daemon=True)
         self.thread.start()
 
-    def _run(self, steps: Iterator[object]) -> None:
+    def _run(self, log: LiveLog, replay: ShareReplay | GroupReplay) -> None:
         try:
-            for _ in steps:
-                pass
+            for item in log.items():
+                replay.apply(item)
         except BaseException as exc:  # surfaced by /healthz and the service's exit
             self.failure = exc
 
