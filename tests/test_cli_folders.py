@@ -73,3 +73,88 @@ def test_segments_of_one_unnamed_folder_are_one_log(tmp_path: Path,
     assert rows == expected and len(rows) > 1, err
     _, late, _ = _run(capsys, "state", str(folder / f"{middle.base_offset:020d}.log"))
     assert late != expected  # the second segment alone is another log (not a vacuous test)
+
+
+def _records(lines: list[str]) -> list[str]:
+    """Decoded rows as text without the partition (which only a partition directory names)."""
+    return sorted(json.dumps({k: v for k, v in json.loads(line).items() if k != "partition"},
+                             sort_keys=True) for line in lines)
+
+
+def _copy(fixture: str, to: Path) -> Path:
+    import gzip
+
+    to.parent.mkdir(parents=True, exist_ok=True)
+    data = (conformance_dir("kafka-4.4-dev") / fixture).read_bytes()
+    to.write_bytes(gzip.compress(data) if to.name.endswith(".gz") else data)
+    return to
+
+
+SHAPES = {  # source (under tmp_path) -> fixture copied to each path under it
+    "backups-2026-11-23": {"share_txn.log": "share_txn.log",
+                           "share_tombstones.log": "share_tombstones.log"},
+    "backups": {f"{0:020d}.log": "share_txn.log"},
+    "backups-7": {f"{0:020d}.log.gz": "share_tombstones.log"},
+    "__share_group_state-3": {f"{0:020d}.log": "share_tombstones.log"},
+    "log-dirs": {f"__share_group_state-0/{0:020d}.log": "share_txn.log",
+                 f"__consumer_offsets-9/{0:020d}.log": "consumer_offsets_txn.log"},
+    "nested": {f"2026-11-23/__share_group_state-0/{0:020d}.log": "share_tombstones.log",
+               "2026-11-24/old/offsets.log.gz": "consumer_offsets_txn.log",
+               "2026-11-24/old/share_txn.log": "share_txn.log"},
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_every_folder_shape_reads_every_segment(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str],
+                                                shape: str) -> None:
+    """A folder is read to the same records as its files named one by one, whatever its
+    name and theirs (a backup folder named `<name>-<digits>` was read as empty, exit 0; one
+    with Kafka-named files and no such suffix was refused)."""
+    files = [_copy(fixture, tmp_path / shape / path) for path, fixture in SHAPES[shape].items()]
+    status, rows, err = _run(capsys, "decode", str(tmp_path / shape))
+    expected_status, expected, _ = _run(capsys, "decode", *map(str, files))
+    assert (status, _records(rows)) == (expected_status, _records(expected)), err
+    assert len(rows) >= 84 * len(files) // 2
+    for command in ("state", "offsets"):
+        status, rows, err = _run(capsys, command, str(tmp_path / shape))
+        expected_status, expected, _ = _run(capsys, command, *map(str, files))
+        assert (status, sorted(rows)) == (expected_status, sorted(expected)), err
+
+
+def test_the_backup_folder_of_the_report(tmp_path: Path) -> None:
+    """The report's steps, as a user runs them: 129 records, and stderr says how the folder
+    was read."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / BACKUP
+    for name in ("share_txn.log", "share_tombstones.log"):
+        _copy(name, folder / name)
+    done = subprocess.run([sys.executable, "-m", "sharestate.app.cli", "decode", str(folder)],
+                          capture_output=True, text=True, check=False)
+    assert (done.returncode, len(done.stdout.splitlines())) == (0, 129), done.stderr
+    assert done.stderr.count(f"folder '{BACKUP}' is not <topic>-<partition>") == 2
+
+
+@pytest.mark.parametrize("command", ["decode", "state", "prune", "offsets"])
+def test_a_folder_without_segments_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              command: str) -> None:
+    """Never an empty answer with exit 0: one line, exit 2."""
+    folder = tmp_path / BACKUP
+    (folder / "sub").mkdir(parents=True)
+    (folder / "notes.txt").write_text("no segment here")
+    status, rows, err = _run(capsys, command, str(folder))
+    assert (status, rows) == (exit_codes.USAGE, [])
+    assert err == (f"sharestate: error: {folder}: no log segments (*.log, *.log.gz) in it or "
+                   "under it\n")
+
+
+def test_a_log_dirs_root_says_what_it_does_not_read(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    _copy("share_txn.log", tmp_path / "root" / "__share_group_state-0" / f"{0:020d}.log")
+    _copy("share_txn.log", tmp_path / "root" / "orders-0" / f"{0:020d}.log")
+    status, rows, err = _run(capsys, "decode", str(tmp_path / "root"))
+    assert (status, len(rows)) == (exit_codes.OK, 84)
+    assert (f"{tmp_path / 'root'}: not read: orders-0 (partition directories of other topics "
+            "in a log.dirs root; name one as a source to read it)\n") in err

@@ -105,3 +105,109 @@ def test_only_internal_topic_folders_name_a_partition(tmp_path: Path) -> None:
     _segment(tmp_path / "loose" / "x.log", 0)
     [loose] = discover([tmp_path / "loose" / "x.log"])
     assert (loose.topic, loose.partition, loose.base_offset, loose.note) == (None,) * 4
+
+
+def _said(sources: list[Path], **kwargs: object) -> tuple[list[Segment], list[str]]:
+    lines: list[str] = []
+    return discover(sources, say=lines.append, **kwargs), lines  # type: ignore[arg-type]
+
+
+def test_a_backup_folder_is_read_whatever_its_name(tmp_path: Path) -> None:
+    """A folder named `<name>-<digits>` that names no internal topic is a folder of segments
+    of any name (it was taken for a partition directory, its files then not Kafka-named, and
+    read as empty); a folder of any other name holding Kafka-named segments too (it was
+    refused as neither a partition directory nor a log.dirs root)."""
+    for folder, name in (("backups-2026-11-23", "share.log"), ("backups", _name(0)),
+                         ("orders-0", "x.log.gz"), ("backups-7", _name(3, ".log.gz"))):
+        _segment(tmp_path / folder / name, 3, gz=name.endswith(".gz"))
+        segments, said = _said([tmp_path / folder])
+        assert [s.path.name for s in segments] == [name] and said == []
+        assert (segments[0].topic, segments[0].partition) == (None, None)
+
+
+def test_nested_folders_are_walked(tmp_path: Path) -> None:
+    tree = tmp_path / "backups"
+    _segment(tree / "2026-11-23" / "__share_group_state-4" / _name(0), 0)
+    _segment(tree / "2026-11-23" / "__share_group_state-4" / _name(9), 9)
+    _segment(tree / "2026-11-24" / "old" / "copy.log.gz", 1, gz=True)
+    _segment(tree / "loose.log", 2)
+    (tree / "2026-11-24" / "notes.txt").write_text("not a segment")
+    (tree / "2026-11-24" / "old" / "up").symlink_to(tree)  # a loop is walked once
+    segments, said = _said([tree])
+    assert [(s.path.relative_to(tree).as_posix(), s.topic, s.partition) for s in segments] == [
+        ("2026-11-23/__share_group_state-4/" + _name(0), "__share_group_state", 4),
+        ("2026-11-23/__share_group_state-4/" + _name(9), "__share_group_state", 4),
+        ("2026-11-24/old/copy.log.gz", None, None), ("loose.log", None, None)]
+    assert said == []
+
+
+def test_what_a_log_dirs_root_holds_unread_is_said(log_dirs: Path) -> None:
+    (log_dirs / "__share_group_state-3.abc-delete" / _name(0)).write_bytes(b"")
+    for partition in (1, 2, 3, 4):
+        _segment(log_dirs / f"orders-{partition}" / _name(0), 0)
+    segments, said = _said([log_dirs])
+    assert {s.path.parent.name for s in segments} == {
+        "__share_group_state-7", "__share_group_state-2", "__consumer_offsets-0"}
+    assert said == [
+        f"{log_dirs}: not read: __share_group_state-3.abc-delete (Kafka's folders of deleted, "
+        "moving or stray partitions)",
+        f"{log_dirs}: not read: orders-0, orders-1, orders-2 and 2 more (partition directories "
+        "of other topics in a log.dirs root; name one as a source to read it)"]
+
+
+def test_a_partition_directory_reads_its_kafka_named_segments(tmp_path: Path) -> None:
+    folder = tmp_path / "__share_group_state-5"
+    _segment(folder / _name(0), 0)
+    _segment(folder / "copy.log", 0)
+    segments, said = _said([folder])
+    assert [s.path.name for s in segments] == [_name(0)]
+    assert said == [f"{folder}: not read: copy.log (in a partition directory, not named "
+                    "<base offset>.log; name the file as a source to read it)"]
+    [named] = discover([folder / "copy.log"])
+    assert (named.topic, named.partition) == ("__share_group_state", 5)
+
+
+@pytest.mark.parametrize("shape", ["empty", "only-other-files", "partition-without-segments",
+                                   "root-of-other-topics"])
+def test_a_source_holding_no_segment_is_an_error(tmp_path: Path, shape: str) -> None:
+    """Never an empty read: one line saying what the folder held."""
+    source = tmp_path / shape
+    source.mkdir()
+    expected = "no log segments (*.log, *.log.gz) in it or under it"
+    if shape == "only-other-files":
+        (source / "notes.txt").write_text("x")
+        (source / "sub").mkdir()
+    elif shape == "partition-without-segments":
+        source = tmp_path / "__consumer_offsets-1"
+        _segment(source / "old.log", 0)
+        expected += ("; not read: old.log (in a partition directory, not named <base "
+                     "offset>.log; name the file as a source to read it)")
+    elif shape == "root-of-other-topics":
+        _segment(source / "__share_group_state-0.x-delete" / _name(0), 0)
+        _segment(source / "__share_group_state-1" / "a.log", 0)
+        _segment(source / "orders-0" / _name(0), 0)
+        expected += ("; not read: __share_group_state-1/a.log (in a partition directory, not "
+                     "named <base offset>.log; name the file as a source to read it); not read: "
+                     "__share_group_state-0.x-delete (Kafka's folders of deleted, moving or "
+                     "stray partitions); not read: orders-0 (partition directories of other "
+                     "topics in a log.dirs root; name one as a source to read it)")
+    with pytest.raises(SourceError) as caught:
+        discover([source])
+    assert str(caught.value) == f"{source}: {expected}"
+
+
+def test_partition_numbers_past_int32_name_no_partition(tmp_path: Path) -> None:
+    """Kafka's partitions are int32: `__share_group_state-2147483648` is no partition
+    directory (its number ended up in the int32 `partition` column: exit 70); its segments
+    are read as a loose log, and each says why."""
+    for number in (2**31, 10**20):
+        folder = tmp_path / f"__share_group_state-{number}"
+        _segment(folder / _name(0), 0)
+        for source in (folder, tmp_path):
+            [segment] = [s for s in discover([source]) if s.path.parent == folder]
+            assert (segment.topic, segment.partition, segment.base_offset) == (None, None, 0)
+            assert segment.note == (f"folder '{folder.name}' names partition {number}, past "
+                                    "Kafka's largest (2147483647), so it is no partition "
+                                    "directory")
+    _segment(tmp_path / f"__share_group_state-{2**31 - 1}" / _name(0), 0)
+    assert discover([tmp_path / f"__share_group_state-{2**31 - 1}"])[0].partition == 2**31 - 1

@@ -144,7 +144,7 @@ def _limits(args: argparse.Namespace) -> ReadLimits:
 
 def cmd_decode(args: argparse.Namespace) -> int:
     """Decode segments to JSON lines (or a table), one line per record in log order."""
-    segments = discover(args.source)
+    segments = _discover(args)
     limits = _limits(args)
     findings = 0
     with _output(args.output) as out, _findings_file(args.findings) as write_findings:
@@ -166,6 +166,11 @@ def cmd_decode(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if findings else EXIT_OK
 
 
+def _discover(args: argparse.Namespace) -> list[Segment]:
+    """The sources' segments; on stderr, what their folders held that is not read."""
+    return discover(args.source, say=lambda line: print(line, file=sys.stderr))
+
+
 def _say_how_read(segment: Segment, detection: Detection) -> None:
     """On stderr: the topic and dialect a segment was read as, and what its path did not say."""
     if segment.note:
@@ -180,7 +185,7 @@ def _as_of(args: argparse.Namespace) -> AsOf:
 def _logs(args: argparse.Namespace, topic: str) -> tuple[list[PartitionLog], list[Found]]:
     """The partition logs of `topic` among the sources, and the findings of the segments
     whose topic is unknown (every command reports those)."""
-    logs, unknown = partition_logs(discover(args.source), dialect=args.dialect,
+    logs, unknown = partition_logs(_discover(args), dialect=args.dialect,
                                    topic=args.topic, limits=_limits(args))
     for log in logs:
         for segment, detection in zip(log.segments, log.detections, strict=True):
@@ -603,7 +608,8 @@ def _add_serve(sub: Any) -> None:
 
 def _add_sources(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", nargs="+",
-                        help="segment file (.log or .log.gz), partition directory or log.dirs root")
+                        help="segment file (.log or .log.gz), partition directory, log.dirs "
+                             "root or any folder of segments (read with the folders under it)")
     parser.add_argument("--dialect", type=arguments.dialect, default=None,
                         help="record format: auto (detect per segment, default), "
                              + ", ".join(dialect_names()))

@@ -1,18 +1,25 @@
 """Find log segments from command-line style arguments, and read them.
 
 An argument may be a segment file (`*.log`, or `*.log.gz` read through gzip, positions then
-counting in the uncompressed stream), a partition directory (`<topic>-<partition>`, its
-`<20-digit base offset>.log[.gz]` segments in base-offset order), or a `log.dirs` root
-(every partition directory of the internal topics under it).
+counting in the uncompressed stream) or a directory:
+- a partition directory, `<topic>-<partition>` of an internal topic with a partition number
+  Kafka can have (int32): its `<20-digit base offset>.log[.gz]` segments in base-offset order;
+- any other folder: every segment in it and in the folders under it. Where a folder holds
+  partition directories of the internal topics (a `log.dirs` root), those are read and other
+  topics' partition directories beside them are not; Kafka's folders of deleted, moving or
+  stray partitions (`<topic>-<partition>.<id>-delete`) never are.
+What a directory held that was not read is said (`discover`'s `say`), and a source holding
+no segment at all is an error, never an empty read.
 
 `read_segment` is how every reader gets a segment's batches: a path that is not a regular
 file (a FIFO, a device, a directory, a symlink loop) or cannot be opened is one
 `unreadable_segment` finding, never a hang; the bytes read are bounded by the file's size
 and by Kafka's largest segment (see `streams`), and every finding names its segment.
 
-A folder name is trusted only when it names one of the internal topics: a segment in
-`backups-2026-11-23/` is of no known topic or partition (its topic is then detected from its
-records), and `Segment.note` says why.
+A folder name is trusted only when it names a partition of one of the internal topics: a
+segment in `backups-2026-11-23/` is of no known topic or partition (its topic is then
+detected from its records), and `Segment.note` says why. A segment's topic and partition
+come from its path alone (`segment_of`), so an executor given the path finds the same.
 """
 
 from __future__ import annotations
@@ -21,8 +28,8 @@ import io
 import os
 import re
 import stat
-from collections.abc import Collection, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, cast
 
@@ -32,8 +39,14 @@ from sharestate.log.streams import FileStream, GzipStream
 
 INTERNAL_TOPICS = ("__share_group_state", "__consumer_offsets")
 
+MAX_PARTITION = 2**31 - 1
+"""Kafka's partition numbers are int32: a larger number names no partition."""
+
 _PARTITION_DIR = re.compile(r"(?P<topic>[A-Za-z0-9._-]+)-(?P<partition>[0-9]+)")
 _SEGMENT_FILE = re.compile(r"(?P<base>[0-9]{20})\.log(?:\.gz)?")
+_KAFKA_ASIDE = re.compile(r"\S+-\S+\.\S+-(?:delete|future|stray)")
+"""Kafka's names for a partition's folder being deleted, moved to another log dir, or left
+stray (`<topic>-<partition>.<id>-delete`): not the partition's log."""
 
 
 class SourceError(Exception):
@@ -112,23 +125,41 @@ def _resolved(path: Path) -> Path:
         return path.absolute()
 
 
+def _partition_folder(name: str, topics: Collection[str]) -> tuple[str, int] | str | None:
+    """What a folder's name tells: (topic, partition) when it is a partition directory of one
+    of `topics`; why it is not, when it only looks like one (`<name>-<digits>`); else None."""
+    match = _PARTITION_DIR.fullmatch(name)
+    if match is None:
+        return None
+    if match["topic"] not in topics:
+        return f"folder {name!r} is not <topic>-<partition> of {' or '.join(topics)}"
+    partition = int(match["partition"])
+    if partition > MAX_PARTITION:
+        return (f"folder {name!r} names partition {partition}, past Kafka's largest "
+                f"({MAX_PARTITION}), so it is no partition directory")
+    return match["topic"], partition
+
+
+def _other_topics_partition(name: str, topics: Collection[str]) -> bool:
+    """Whether a folder's name is Kafka's for a partition of a topic not in `topics`."""
+    match = _PARTITION_DIR.fullmatch(name)
+    return (match is not None and match["topic"] not in topics
+            and int(match["partition"]) <= MAX_PARTITION)
+
+
 def segment_of(path: Path, topics: Collection[str] = INTERNAL_TOPICS) -> Segment:
     """The `Segment` for a file path, with topic/partition from its parent directory when
-    that is named `<topic>-<partition>` for one of `topics`."""
+    that is a partition directory (`<topic>-<partition>`) of one of `topics`."""
     name = path.name
     gzipped = name.endswith(".log.gz")
     if not (gzipped or name.endswith(".log")):
         raise SourceError(f"{path}: not a log segment (expected *.log or *.log.gz)")
     named = _SEGMENT_FILE.fullmatch(name)
-    folder = _resolved(path).parent.name
-    parent = _PARTITION_DIR.fullmatch(folder)
     base = int(named["base"]) if named else None
-    if parent is None:
-        return Segment(path, None, None, base, gzipped)
-    if parent["topic"] not in topics:
-        return Segment(path, None, None, base, gzipped, note=(
-            f"folder {folder!r} is not <topic>-<partition> of {' or '.join(topics)}"))
-    return Segment(path, parent["topic"], int(parent["partition"]), base, gzipped)
+    folder = _partition_folder(_resolved(path).parent.name, topics)
+    if isinstance(folder, tuple):
+        return Segment(path, *folder, base, gzipped)
+    return Segment(path, None, None, base, gzipped, note=folder)
 
 
 def _listing(directory: Path) -> list[Path]:
@@ -138,43 +169,98 @@ def _listing(directory: Path) -> list[Path]:
         raise SourceError(f"cannot list {directory}: {exc.strerror or exc}") from None
 
 
-def _partition_segments(directory: Path, topics: Collection[str]) -> list[Segment]:
-    """Every entry named like a segment: one that is not a readable file is a finding
-    when it is read, not skipped."""
-    segments = [segment_of(entry, topics) for entry in _listing(directory)
-                if _SEGMENT_FILE.fullmatch(entry.name)]
-    return sorted(segments, key=lambda s: (s.base_offset or 0, s.gzipped))
+@dataclass
+class _Walk:
+    """The segments found in and under one source directory, and what was passed over."""
+
+    root: Path
+    topics: Collection[str]
+    segments: list[Segment] = field(default_factory=list)
+    passed: dict[str, list[str]] = field(default_factory=dict)
+    """Paths passed over (under `root`), by why."""
+    seen: set[Path] = field(default_factory=set)
+
+    def pass_over(self, entry: Path, why: str) -> None:
+        self.passed.setdefault(why, []).append(entry.relative_to(self.root).as_posix())
+
+    def folder(self, directory: Path) -> None:
+        """A partition directory's segments; in any other folder, every segment in it and
+        under it, except in a `log.dirs` root (it holds partition directories of `topics`)
+        other topics' partition directories."""
+        key = _resolved(directory)
+        if key in self.seen:  # a symlink back up the tree
+            return
+        self.seen.add(key)
+        if isinstance(_partition_folder(key.name, self.topics), tuple):
+            self._partition(directory)
+            return
+        entries = [(entry, entry.is_dir()) for entry in _listing(directory)]
+        partitions = sorted((folder, entry) for entry, is_dir in entries if is_dir and
+                            isinstance(folder := _partition_folder(entry.name, self.topics),
+                                       tuple))
+        for _, entry in partitions:
+            self.folder(entry)
+        read = {entry for _, entry in partitions}
+        for entry, is_dir in entries:
+            if not is_dir:
+                if entry.name.endswith((".log", ".log.gz")):
+                    self.segments.append(segment_of(entry, self.topics))
+            elif entry in read:
+                continue
+            elif _KAFKA_ASIDE.fullmatch(entry.name):
+                self.pass_over(entry, "Kafka's folders of deleted, moving or stray partitions")
+            elif partitions and _other_topics_partition(entry.name, self.topics):
+                self.pass_over(entry, "partition directories of other topics in a log.dirs "
+                                      "root; name one as a source to read it")
+            else:
+                self.folder(entry)
+
+    def _partition(self, directory: Path) -> None:
+        """Its segments named by base offset, in that order (an entry so named that is no
+        readable file is a finding when it is read, not skipped)."""
+        segments = []
+        for entry in _listing(directory):
+            if _SEGMENT_FILE.fullmatch(entry.name):
+                segments.append(segment_of(entry, self.topics))
+            elif entry.name.endswith((".log", ".log.gz")):
+                self.pass_over(entry, "in a partition directory, not named <base offset>.log; "
+                                      "name the file as a source to read it")
+        self.segments.extend(sorted(segments, key=lambda s: (s.base_offset or 0, s.gzipped)))
+
+    def passed_over(self, most: int = 3) -> list[str]:
+        """What was passed over, one phrase per reason, naming `most` entries at most."""
+        phrases = []
+        for why, names in self.passed.items():
+            shown = ", ".join(names[:most]) + (f" and {len(names) - most} more"
+                                               if len(names) > most else "")
+            phrases.append(f"{shown} ({why})")
+        return phrases
 
 
-def _partition_dirs(root: Path, topics: Collection[str]) -> list[Path]:
-    partitions: list[tuple[str, int, Path]] = []
-    for entry in _listing(root):
-        match = _PARTITION_DIR.fullmatch(entry.name)
-        if match and match["topic"] in topics and entry.is_dir():
-            partitions.append((match["topic"], int(match["partition"]), entry))
-    return [directory for *_, directory in sorted(partitions)]
-
-
-def _directory_segments(directory: Path, topics: Collection[str]) -> list[Segment]:
-    """A log.dirs root (it holds partition directories of `topics`) or a partition dir."""
-    partitions = _partition_dirs(directory, topics)
-    if partitions:
-        return [segment for partition in partitions
-                for segment in _partition_segments(partition, topics)]
-    if _PARTITION_DIR.fullmatch(directory.resolve().name):
-        return _partition_segments(directory, topics)
-    raise SourceError(f"{directory}: neither a partition directory (<topic>-<partition>) nor "
-                      f"a log directory holding partitions of {', '.join(topics)}")
+def _directory_segments(directory: Path, topics: Collection[str],
+                        say: Callable[[str], None]) -> list[Segment]:
+    walk = _Walk(directory, topics)
+    walk.folder(directory)
+    passed = walk.passed_over()
+    if not walk.segments:
+        raise SourceError(f"{directory}: no log segments (*.log, *.log.gz) in it or under it"
+                          + "".join(f"; not read: {phrase}" for phrase in passed))
+    for phrase in passed:
+        say(f"{directory}: not read: {phrase}")
+    return walk.segments
 
 
 def discover(sources: Iterable[str | os.PathLike[str]], *,
-             topics: Collection[str] = INTERNAL_TOPICS) -> list[Segment]:
-    """All segments named by `sources`, in argument order (duplicates dropped).
+             topics: Collection[str] = INTERNAL_TOPICS,
+             say: Callable[[str], None] | None = None) -> list[Segment]:
+    """All segments named by `sources`, in argument order (duplicates dropped); `say` is
+    told what a directory held that was not read, in one line per reason.
 
-    Raises `SourceError` for a path that does not exist or cannot be read, a file that is
-    not a segment, or a directory that is neither a partition directory nor a root holding
-    partition directories of `topics`. A segment-named symlink that leads nowhere (dangling,
-    a loop) is a segment whose reading is one finding, as inside a partition directory.
+    A source that holds no segment is never read as empty: raises `SourceError` for a path
+    that does not exist or cannot be read, a file that is not a segment, or a directory
+    with no segment in it or under it (read as the module says). A segment-named symlink
+    that leads nowhere (dangling, a loop) is a segment whose reading is one finding, as
+    inside a partition directory.
     """
     found: list[Segment] = []
     for source in sources:
@@ -182,12 +268,12 @@ def discover(sources: Iterable[str | os.PathLike[str]], *,
         if not path.exists():
             if not os.path.lexists(path):
                 raise SourceError(f"{path}: no such file or directory")
-            found.append(segment_of(path))
+            found.append(segment_of(path, topics))
             continue
         if not os.access(path, os.R_OK):
             raise SourceError(f"{path}: permission denied")
         if path.is_dir():
-            found.extend(_directory_segments(path, topics))
+            found.extend(_directory_segments(path, topics, say or (lambda line: None)))
         else:
             found.append(segment_of(path, topics))
     seen: set[Path] = set()

@@ -60,8 +60,8 @@ def parser(job: str = "run") -> argparse.ArgumentParser:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add the job arguments to `p` (shared by spark-submit and `sharestate run`)."""
     p.add_argument("--source", action="append", default=[], type=location,
-                   help="segment file, partition directory, log.dirs root, or kafka://host:port "
-                        "for a live cluster (repeatable)")
+                   help="segment file, partition directory, log.dirs root, folder of segments, "
+                        "or kafka://host:port for a live cluster (repeatable)")
     p.add_argument("--warehouse", required=True, type=location,
                    help="folder holding the Delta tables")
     when = p.add_mutually_exclusive_group()
