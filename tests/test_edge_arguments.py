@@ -85,6 +85,10 @@ def test_a_full_standard_output_is_one_line(segment: str) -> None:
 
 
 def _job(tmp_path: Path, *extra: str) -> int:
+    """The pipeline on a new partition's empty segment with `extra` arguments."""
+    partition = tmp_path / "logs" / "__share_group_state-0"
+    partition.mkdir(parents=True, exist_ok=True)
+    (partition / f"{0:020d}.log").touch()
     return run_all(["--source", str(tmp_path / "logs"), "--warehouse", str(tmp_path / "wh"),
                     *extra])
 
@@ -143,6 +147,31 @@ def test_job_arguments(capsys: pytest.CaptureFixture[str], tmp_path: Path,
     assert _job(tmp_path, *extra) == USAGE
     _one_line(capsys, *words)
     assert not (tmp_path / "wh").exists()  # nothing started
+
+
+@pytest.mark.parametrize("source", ["nope", "empty", "__share_group_state-0"])
+def test_sources_are_checked_before_any_work(capsys: pytest.CaptureFixture[str],
+                                             tmp_path: Path, source: str) -> None:
+    """A source that is missing or holds no segment stops the run before Spark starts and
+    before the lease: nothing is created in the warehouse (it left `_lease` and 14 empty
+    tables)."""
+    if source != "nope":
+        (tmp_path / source).mkdir()
+    assert run_all(["--source", str(tmp_path / source), "--warehouse",
+                    str(tmp_path / "wh")]) == USAGE
+    _one_line(capsys, f"{tmp_path / source}: ", "no such file" if source == "nope"
+              else "no log segments")
+    assert not (tmp_path / "wh").exists()
+
+
+@pytest.mark.parametrize("warehouse", ["file", "file/wh"])
+def test_a_warehouse_that_cannot_be_a_folder(capsys: pytest.CaptureFixture[str],
+                                             tmp_path: Path, segment: str,
+                                             warehouse: str) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    assert run_all(["--source", segment, "--warehouse", str(tmp_path / warehouse)]) == USAGE
+    _one_line(capsys, f"--warehouse {tmp_path / warehouse}: {tmp_path / 'file'} is not a "
+                      "directory")
 
 
 def test_quality_conf_without_equals(capsys: pytest.CaptureFixture[str],

@@ -24,8 +24,8 @@ from sharestate.coordinator.expiry import DEFAULT_RETENTION_MINUTES
 from sharestate.coordinator.shard import KAFKA, SEMANTICS
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
 from sharestate.lake.lease import WarehouseBusy, warehouse_lease
-from sharestate.locations import location
-from sharestate.log import DEFAULT_MAX_BATCH_RECORDS, ReadLimits, SourceError
+from sharestate.locations import URI, location
+from sharestate.log import DEFAULT_MAX_BATCH_RECORDS, ReadLimits, SourceError, discover
 from sharestate.replay.logs import AsOf
 from sharestate.tables.gold_pass import GoldOptions
 
@@ -167,6 +167,28 @@ def _check_clusters(sources: Sequence[str], kafka_options: dict[str, str],
                 raise ArgumentError(str(exc)) from None
 
 
+def _check_files(sources: Sequence[str]) -> None:
+    """Every file source must hold segments (else SourceError), before any work; stderr
+    says what a folder held that is not read, and which folders name no partition."""
+    from sharestate.cluster.kafka_options import KAFKA_SCHEME
+
+    files = [source for source in sources if not source.startswith(KAFKA_SCHEME)]
+    segments = discover(files, say=lambda line: print(line, file=sys.stderr)) if files else []
+    for note in dict.fromkeys(f"{segment.path.parent}: {segment.note}: partition unknown"
+                              for segment in segments if segment.note):
+        print(note, file=sys.stderr)
+
+
+def _check_warehouse(warehouse: str) -> None:
+    """A local warehouse must be a folder, or one that can be made, before any work."""
+    if URI.match(warehouse):
+        return
+    path = Path(warehouse)
+    existing = next(p for p in (path, *path.parents) if p.exists() or p == p.parent)
+    if not existing.is_dir():
+        raise ArgumentError(f"--warehouse {warehouse}: {existing} is not a directory")
+
+
 def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
         spark_factory: Callable[..., SparkSession] | None = None) -> int:
     """Run `jobs` in order with a session built from `args`; print a summary; exit status."""
@@ -194,7 +216,9 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
         resolve_conf(conf, master=args.master)  # bad settings: refused before any work
     except SettingError as exc:
         raise ArgumentError(str(exc)) from None
+    _check_warehouse(args.warehouse)
     if "ingest" in jobs:
+        _check_files(args.source)
         _check_clusters(args.source, kafka_options, args.connect_timeout)
     inputs = _analytics_inputs(args, jobs, kafka_options)
     warehouse = Warehouse(Path(args.warehouse))
