@@ -158,3 +158,54 @@ def test_a_log_dirs_root_says_what_it_does_not_read(tmp_path: Path,
     assert (status, len(rows)) == (exit_codes.OK, 84)
     assert (f"{tmp_path / 'root'}: not read: orders-0 (partition directories of other topics "
             "in a log.dirs root; name one as a source to read it)\n") in err
+
+
+@pytest.mark.slow
+def test_the_pipeline_reads_every_folder_shape(spark: object, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """`run --source` lists sources with the same function as the commands: every record of
+    a backup folder, a Kafka-named folder, nested folders, a `.log.gz` and a folder past
+    int32 (which stopped the run with exit 70) is in bronze, and stderr says how each
+    ambiguous folder was read."""
+    from sharestate.lake import open_lake
+    from sharestate.spark.run import parser, run
+
+    tree = tmp_path / "tree"
+    past = f"__share_group_state-{2**31}"
+    files = [_copy(fixture, tree / path) for path, fixture in (
+        (f"{BACKUP}/share_txn.log", "share_txn.log"),
+        (f"{BACKUP}/share_tombstones.log", "share_tombstones.log"),
+        (f"backups/{0:020d}.log", "share_replay_small.log"),
+        (f"nested/2026-11-24/{past}/{0:020d}.log", "share_update_tombstone.log"),
+        ("nested/old/offsets.log.gz", "consumer_offsets_txn.log"))]
+    expected = {}
+    for path in files:
+        _, rows, _ = _run(capsys, "decode", str(path))
+        expected[str(path)] = len(rows)
+    warehouse = tmp_path / "wh"
+    status = run(parser().parse_args(["--source", str(tree), "--warehouse", str(warehouse)]))
+    err = capsys.readouterr().err
+    assert status in (exit_codes.OK, exit_codes.FINDINGS), err
+    bronze = open_lake(spark).read(warehouse / "log_records").groupBy("source", "partition") \
+        .count().collect()  # type: ignore[attr-defined]
+    assert {row["source"]: row["count"] for row in bronze} == expected
+    assert {row["partition"] for row in bronze} == {-1}
+    assert f"{tree / BACKUP}: folder '{BACKUP}' is not <topic>-<partition>" in err
+    assert f"folder '{past}' names partition {2**31}, past Kafka's largest" in err
+
+
+def test_a_folder_past_int32_names_no_partition(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """`__share_group_state-99999999999999999999/` is no partition directory (state printed
+    that number as `state_partition`): its segment is read as a loose log, and stderr says
+    why, whether the folder or the folder holding it is named."""
+    original = conformance_dir("kafka-4.4-dev") / "share_tombstones.log"
+    folder = tmp_path / f"__share_group_state-{10**20 - 1}"
+    _copy(original.name, folder / f"{0:020d}.log")
+    _, expected, _ = _run(capsys, "state", str(original))
+    for source in (folder, tmp_path):
+        status, rows, err = _run(capsys, "state", str(source))
+        assert status == exit_codes.OK and rows == expected, err
+        assert {json.loads(row)["state_partition"] for row in rows} == {None}
+        assert (f"folder '{folder.name}' names partition {10**20 - 1}, past Kafka's largest "
+                "(2147483647), so it is no partition directory: partition unknown") in err
