@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from datetime import UTC, datetime
-from typing import IO, TYPE_CHECKING, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from sharestate import arguments, exit_codes
 from sharestate.coordinator.expiry import DEFAULT_RETENTION_MINUTES
@@ -35,12 +35,18 @@ from sharestate.log import (
 )
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC, dialect_names
 from sharestate.records.detect import Detection
-from sharestate.records.segment import decode_segment, detect_segment, finding_json, record_json
-from sharestate.replay.group_log import replay_group_log
+from sharestate.records.segment import (
+    LogItem,
+    decode_segment,
+    detect_segment,
+    finding_json,
+    record_json,
+)
+from sharestate.replay.group_log import GroupLogResult, GroupReplay
 from sharestate.replay.logs import AsOf, PartitionLog, partition_logs
 from sharestate.replay.prune import prune_row
 from sharestate.replay.rows import offset_rows, state_row
-from sharestate.replay.share_log import ShareLogResult, replay_share_log
+from sharestate.replay.share_log import ShareLogResult, ShareReplay
 from sharestate.runtime import quiet_gc
 from sharestate.simulate import SimulationConfig, simulate
 
@@ -205,11 +211,16 @@ def _write_rows(rows: Iterable[dict[str, Any]], output: str | None) -> int:
     return written
 
 
+def _iso(millis: int) -> str:
+    """Epoch ms said back the way ISO 8601 writes it."""
+    moment = datetime.fromtimestamp(millis / 1000, UTC)
+    text = moment.isoformat(timespec="milliseconds" if millis % 1000 else "seconds")
+    return text.replace("+00:00", "Z")
+
+
 def _as_of_text(args: argparse.Namespace) -> str:
-    if args.as_of_time is not None:  # epoch ms: said back the way ISO 8601 writes it
-        moment = datetime.fromtimestamp(args.as_of_time / 1000, UTC)
-        text = moment.isoformat(timespec="milliseconds" if args.as_of_time % 1000 else "seconds")
-        return f"time {text.replace('+00:00', 'Z')}"
+    if args.as_of_time is not None:
+        return f"time {_iso(args.as_of_time)}"
     if args.as_of_offset is not None:
         return f"offset {args.as_of_offset}"
     return "the end of the log"
@@ -229,11 +240,59 @@ def _report(args: argparse.Namespace, findings: Sequence[Found], shard_findings:
     return EXIT_FINDINGS if total else EXIT_OK
 
 
+class _Replay(Protocol):
+    stopped: bool
+
+    @property
+    def result(self) -> ShareLogResult | GroupLogResult: ...
+
+    def apply(self, item: LogItem) -> object: ...
+
+
+_R = TypeVar("_R", bound=_Replay)
+
+
+def _replayed(replay: _R, log: PartitionLog) -> _R:
+    """`replay` fed `log` up to its stop point."""
+    for item in log.items():
+        replay.apply(item)
+        if replay.stopped:
+            break
+    return replay
+
+
+def _say_past_end(args: argparse.Namespace, replays: Sequence[_Replay], most: int = 3) -> None:
+    """On stderr, in one line: the logs that end before the stop point asked for (no record
+    past it, the last one before it), and where (the answer is as of their end)."""
+    ended: list[tuple[str, str]] = []
+    for replay in replays:
+        result: ShareLogResult | GroupLogResult = replay.result
+        last, at = result.last_applied_offset, result.last_applied_timestamp
+        if replay.stopped or last is None:
+            continue
+        if args.as_of_offset is not None and args.as_of_offset > last:
+            ended.append((result.name, f"offset {last}"))
+        elif args.as_of_time is not None and at is not None and args.as_of_time > at:
+            ended.append((result.name, f"offset {last} ({_iso(at)})"))
+    if len(ended) == 1:
+        name, where = ended[0]
+        print(f"{name}: the log ends at {where}, before {_as_of_text(args)}: the answer is "
+              "as of its end", file=sys.stderr)
+    elif ended:
+        more = f" and {len(ended) - most} more" if len(ended) > most else ""
+        print(f"the logs end before {_as_of_text(args)} (the answers are as of their ends): "
+              f"{', '.join(f'{name} at {where}' for name, where in ended[:most])}{more}",
+              file=sys.stderr)
+
+
 def _replay_share(args: argparse.Namespace) -> tuple[list[ShareLogResult], int]:
     logs, unknown = _logs(args, SHARE_STATE_TOPIC)
-    results = [replay_share_log(log, as_of=_as_of(args), semantics=args.semantics,
-                                snapshot_update_records_per_snapshot=args.snapshot_update_records)
-               for log in logs]
+    replays = [_replayed(ShareReplay.of_log(
+        log, as_of=_as_of(args), semantics=args.semantics,
+        snapshot_update_records_per_snapshot=args.snapshot_update_records), log)
+        for log in logs]
+    _say_past_end(args, replays)
+    results = [replay.result for replay in replays]
     findings = [*unknown, *((r.topic, r.partition, f) for r in results
                             for f in r.findings)]
     for result in results:
@@ -266,7 +325,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
 def cmd_offsets(args: argparse.Namespace) -> int:
     """Committed consumer-group offsets as of a point (`--pending`: open transactions too)."""
     logs, unknown = _logs(args, CONSUMER_OFFSETS_TOPIC)
-    results = [replay_group_log(log, as_of=_as_of(args)) for log in logs]
+    replays = [_replayed(GroupReplay.of_log(log, as_of=_as_of(args)), log) for log in logs]
+    _say_past_end(args, replays)
+    results = [replay.result for replay in replays]
     rows = [row for result in results for row in offset_rows(
         result.coordinator, args.retention_minutes, group=args.group, pending=args.pending)]
     _write_rows(rows, args.output)

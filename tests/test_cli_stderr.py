@@ -1,0 +1,51 @@
+"""What the offline commands say on stderr when their answer is not quite what was asked:
+a stop point past the log's end."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import conformance_dir
+
+from sharestate import exit_codes
+from sharestate.app.cli import main
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str], list[str]]:
+    status = main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out.splitlines(), [line for line in captured.err.splitlines()
+                                               if ", dialect " not in line]
+
+
+@pytest.mark.parametrize(("command", "fixture", "last"), [
+    ("state", "share_txn.log", 83), ("prune", "share_txn.log", 83),
+    ("offsets", "consumer_offsets_txn.log", 518)])
+def test_a_stop_point_past_the_end_is_said(capsys: pytest.CaptureFixture[str], command: str,
+                                           fixture: str, last: int) -> None:
+    """The answer as of offset 99999999 is the answer at the log's end: said in one line
+    (it was answered silently)."""
+    log = conformance_dir("kafka-4.4-dev") / fixture
+    name = f"{'__consumer_offsets' if command == 'offsets' else '__share_group_state'}:{log}"
+    _, at_end, _ = _run(capsys, command, str(log))
+    for flag, value, said in (
+            ("--as-of-offset", "99999999", f"offset {last}, before offset 99999999"),
+            ("--as-of-time", "2030-01-01T00:00:00Z", f"offset {last} ("),
+            ("--as-of-time", "1893456000000", "before time 2030-01-01T00:00:00Z")):
+        status, rows, err = _run(capsys, command, str(log), flag, value)
+        assert (status, rows) == (exit_codes.OK, at_end)
+        assert len(err) == 1 and err[0].startswith(f"{name}: the log ends at offset {last}")
+        assert said in err[0] and err[0].endswith(": the answer is as of its end")
+    for within in (str(last), "5"):
+        assert _run(capsys, command, str(log), "--as-of-offset", within)[2] == []
+
+
+def test_several_logs_past_their_end_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    folder = conformance_dir("kafka-4.4-dev")
+    logs = [str(folder / f"{name}.log") for name in ("share_tombstones", "share_txn",
+                                                     "share_replay_small", "share_interleaved")]
+    _, _, err = _run(capsys, "state", *logs, "--as-of-offset", "99999999")
+    assert len(err) == 1, err
+    assert err[0].startswith("the logs end before offset 99999999 (the answers are as of their "
+                             "ends): __share_group_state:")
+    assert f"__share_group_state:{logs[0]} at offset 44" in err[0]
+    assert err[0].count(" at offset ") == 3 and err[0].endswith(" and 1 more")
