@@ -1,7 +1,9 @@
 """What the offline commands say on stderr when their answer is not quite what was asked:
-a stop point past the log's end."""
+a stop point past the log's end, a group that has nothing."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from conftest import conformance_dir
@@ -49,3 +51,46 @@ def test_several_logs_past_their_end_are_one_line(capsys: pytest.CaptureFixture[
                              "ends): __share_group_state:")
     assert f"__share_group_state:{logs[0]} at offset 44" in err[0]
     assert err[0].count(" at offset ") == 3 and err[0].endswith(" and 1 more")
+
+
+LONG = "share-group-long-name-" * 13 + "share-group-lo"
+UNICODE = "grupo-ünïcødé-✓-🚀"
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (("state", "share_txn.log", "--group", "G1"),
+     f"no live share-partitions of group 'G1' as of the end of the log; groups with some: "
+     f"'g1', '{UNICODE}', '{LONG}'; did you mean 'g1'?"),
+    (("state", "share_txn.log", "--group", "grupo"), f"did you mean '{UNICODE}'?"),
+    (("state", "share_txn.log", "--group", "zzz", "--as-of-offset", "0"),
+     f"no live share-partitions of group 'zzz' as of offset 0; groups with some: '{UNICODE}'"),
+    (("state", "share_txn.log", "--group", "g1", "--as-of-offset", "0"),
+     f"groups with some: '{UNICODE}'"),
+    (("offsets", "consumer_offsets_txn.log", "--group", "TXN-GROUP"),
+     "no committed offsets of group 'TXN-GROUP' as of the end of the log; groups with some: "
+     "'plain-group', 'txn-group'; did you mean 'txn-group'?"),
+    (("offsets", "consumer_offsets_txn.log", "--group", "x", "--pending"),
+     "no committed offsets or open commits of group 'x' as of the end of the log; groups with "
+     "some: 'plain-group', 'txn-group'"),
+])
+def test_a_group_with_nothing_names_the_groups_there(capsys: pytest.CaptureFixture[str],
+                                                     argv: tuple[str, ...], said: str) -> None:
+    """`--group G1` answered "no live share-partitions of group 'G1'" and nothing more (and
+    `offsets` said nothing at all): now the groups there and the closest name."""
+    command, fixture, *rest = argv
+    status, rows, err = _run(capsys, command, str(conformance_dir("kafka-4.4-dev") / fixture),
+                             *rest)
+    assert (status, rows) == (exit_codes.OK, [])
+    assert len(err) == 1 and said in err[0], err
+    if not said.endswith("?"):
+        assert "did you mean" not in err[0]
+
+
+def test_the_groups_listed_are_bounded(capsys: pytest.CaptureFixture[str],
+                                       tmp_path: Path) -> None:
+    from sharestate.simulate import SimulationConfig, simulate
+
+    simulate(SimulationConfig(records=400, groups=13, state_partitions=1), tmp_path)
+    _, _, err = _run(capsys, "state", str(tmp_path), "--group", "nope")
+    [line] = [line for line in err if line.startswith("no live")]
+    assert line.count("', '") == 9 and line.endswith(" and 3 more"), line

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import difflib
 import json
 import os
 import sys
@@ -309,10 +310,31 @@ def cmd_state(args: argparse.Namespace) -> int:
     written = _write_rows((state_row(result, key) for result in results
                            for key in sorted(result.shard)
                            if args.group is None or key.group_id == args.group), args.output)
-    if not written:
-        group = f" of group {args.group!r}" if args.group is not None else ""
-        print(f"no live share-partitions{group} as of {_as_of_text(args)}", file=sys.stderr)
+    if not written and args.group is not None:
+        _say_no_group(args, "live share-partitions",
+                      {key.group_id for result in results for key in result.shard})
+    elif not written:
+        print(f"no live share-partitions as of {_as_of_text(args)}", file=sys.stderr)
     return status
+
+
+def _say_no_group(args: argparse.Namespace, what: str, groups: Iterable[str],
+                  most: int = 10) -> None:
+    """On stderr, in one line: nothing of `--group` as of the stop point, the groups that
+    have some (`most` of them) and the closest name among them (case aside, else one that
+    starts with the name asked for)."""
+    names = sorted(groups)
+    line = f"no {what} of group {args.group!r} as of {_as_of_text(args)}"
+    if not names:
+        print(f"{line}, nor of any other group", file=sys.stderr)
+        return
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    line += f"; groups with some: {', '.join(map(repr, names[:most]))}{more}"
+    by_folded = {name.casefold(): name for name in reversed(names)}
+    typed = args.group.casefold()
+    close = (difflib.get_close_matches(typed, by_folded, n=1)
+             or [name for name in sorted(by_folded) if name.startswith(typed)][:1])
+    print(line + (f"; did you mean {by_folded[close[0]]!r}?" if close else ""), file=sys.stderr)
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
@@ -328,9 +350,13 @@ def cmd_offsets(args: argparse.Namespace) -> int:
     replays = [_replayed(GroupReplay.of_log(log, as_of=_as_of(args)), log) for log in logs]
     _say_past_end(args, replays)
     results = [replay.result for replay in replays]
-    rows = [row for result in results for row in offset_rows(
-        result.coordinator, args.retention_minutes, group=args.group, pending=args.pending)]
+    every = [row for result in results for row in offset_rows(
+        result.coordinator, args.retention_minutes, pending=args.pending)]
+    rows = [row for row in every if args.group is None or row["group_id"] == args.group]
     _write_rows(rows, args.output)
+    if not rows and args.group is not None:
+        _say_no_group(args, "committed offsets" + (" or open commits" if args.pending else ""),
+                      {row["group_id"] for row in every})
     return _report(args, [*unknown, *((r.topic, r.partition, f) for r in results
                                       for f in r.findings)], 0)
 
