@@ -189,4 +189,5 @@ def test_readme_state_as_of_time_matches_its_offset() -> None:
                  PROJECT_ROOT)
     assert early.returncode == 0 and early.stdout == ""
     assert early.stderr.splitlines()[-1] == (
-        "no live share-partitions of group 'g1' as of time 2025-10-09T08:53:20Z")
+        "no live share-partitions of group 'g1' as of time 2025-10-09T08:53:20Z; groups with "
+        f"some: '{'share-group-long-name-' * 13}share-group-lo'")
