@@ -40,6 +40,20 @@ def test_version() -> None:
     assert done.stderr == ""
 
 
+def test_bare_sharestate_prints_the_usage_and_the_commands() -> None:
+    """Without a command it printed one line ("the following arguments are required"): now
+    the usage and every command with what it does, on stderr, exit 2 (a missing command is
+    a bad invocation, as argparse and git have it; `--help` is the exit-0 way)."""
+    done = subprocess.run([sys.executable, "-m", "sharestate"], capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (exit_codes.USAGE, "")
+    assert done.stderr.startswith("usage: sharestate [-h] [--version] COMMAND ...\n")
+    listed = [line.split()[0] for line in done.stderr.splitlines() if line.startswith("    ")]
+    assert listed == ["decode", "state", "prune", "offsets", "simulate", "run", "sql", "demo",
+                      "quality", "report", "serve"]
+    assert "sharestate COMMAND --help" in done.stderr
+
+
 def test_cli_crash_exits_70_not_1(monkeypatch: pytest.MonkeyPatch,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(cli, "discover", _boom)

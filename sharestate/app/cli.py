@@ -722,9 +722,11 @@ def version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="sharestate",
                      description="Decode, replay and analyse Kafka's share-group state and "
-                                 "consumer-offsets logs.")
+                                 "consumer-offsets logs.",
+                     epilog="sharestate COMMAND --help: that command's arguments.")
     parser.add_argument("--version", action="version", version=version())
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser,
+                                title="commands", metavar="COMMAND")
     decode = sub.add_parser("decode", help="decode segments to JSON lines")
     _add_sources(decode)
     decode.add_argument("--output", "-o", help="write here instead of stdout")
@@ -772,7 +774,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     quiet_gc()
+    argv = sys.argv[1:] if argv is None else argv
     try:
+        if not argv:  # the usage and the commands, as an error (a script's empty command)
+            build_parser().print_help(sys.stderr)
+            return EXIT_USAGE
         args = build_parser().parse_args(argv)
         func: Callable[[argparse.Namespace], int] = args.func
         return func(args)
