@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import resource
 import subprocess
 import sys
 import threading
@@ -130,10 +131,12 @@ def eventually(check: Callable[[], bool], timeout: float = 30) -> None:
 class ServeProcess:
     """`sharestate serve` in a process of its own; its stderr collected line by line."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, memory: int | None = None) -> None:
+        """`memory`: the process's address space limit in bytes (RLIMIT_AS)."""
         self.process = subprocess.Popen(
             [sys.executable, "-m", "sharestate", "serve", "--listen", "127.0.0.1:0", *args],
-            stderr=subprocess.PIPE, text=True)
+            stderr=subprocess.PIPE, text=True, preexec_fn=None if memory is None else (
+                lambda: resource.setrlimit(resource.RLIMIT_AS, (memory, memory))))
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()

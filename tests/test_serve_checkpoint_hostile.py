@@ -14,14 +14,26 @@ import json
 import logging
 import os
 import pickle
-from collections.abc import Iterator
+import shutil
+import signal
+import stat
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from serve_support import ENDPOINTS, Cluster, eventually, get, mock_cluster, simulated
+from serve_support import (
+    ENDPOINTS,
+    Cluster,
+    ServeProcess,
+    eventually,
+    get,
+    mock_cluster,
+    simulated,
+)
 
 from sharestate.app.serve.checkpoint import (
     FILE,
@@ -105,15 +117,29 @@ def calling(module: str, name: str, *args: object) -> bytes:
             + pickle.dumps(args, protocol=2)[2:-1] + b"R.")
 
 
-def replayed_with_one_warning(served: Served, tmp_path: Path, data: bytes,
+def replayed_with_one_warning(served: Served, tmp_path: Path, data: bytes | Callable[[Path], None],
                               caplog: pytest.LogCaptureFixture) -> str:
-    """Start on a checkpoint holding `data`: the service must replay from the log start,
-    answer as without a checkpoint and log exactly one warning (returned)."""
+    """Start on a checkpoint holding `data` (or made by it): the service must start at once
+    (within 30 s: it never waits on the file), replay from the log start, answer as without
+    a checkpoint and log exactly one warning (returned)."""
     directory = tmp_path / "checkpoints"
-    directory.mkdir(mode=0o700, exist_ok=True)
-    (directory / FILE).write_bytes(data)
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(mode=0o700)
+    if isinstance(data, bytes):
+        (directory / FILE).write_bytes(data)
+    else:
+        data(directory / FILE)
     caplog.clear()
-    service = serve(served.cluster, directory)
+    started: list[Service] = []
+    starting = threading.Thread(target=lambda: started.append(serve(served.cluster, directory)),
+                                daemon=True)
+    starting.start()
+    starting.join(30)
+    if starting.is_alive() and stat.S_ISFIFO((directory / FILE).lstat().st_mode):
+        os.close(os.open(directory / FILE, os.O_WRONLY))  # what waited on the FIFO goes on
+    assert not starting.is_alive(), "the start waited on the checkpoint file"
+    service, = started
     try:
         assert service.tailer.starts == {}
         eventually(lambda: get(service.address, "/readyz")[0] == 200)
@@ -163,6 +189,53 @@ def test_a_crafted_checkpoint_runs_nothing_and_touches_no_file(
         assert victim.read_text() == "kept", name
         assert ": its body does not load (a checkpoint does not hold " in warning, (name,
                                                                                    warning)
+
+
+def test_a_checkpoint_that_is_no_file_or_a_crafted_header_or_state_is_one_warning(
+        served: Served, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="sharestate.serve")
+    body = served.good[served.good.index(b"\n", len(MAGIC)) + 1:]
+    wrong = PartitionCheckpoint(Progress("0"))  # type: ignore[arg-type]
+    cases: list[tuple[str, bytes | Callable[[Path], None]]] = [
+        ("is damaged: its header nests deeper than 8 levels",
+         MAGIC + b"[" * 100_000 + b"]" * 100_000 + b"\n" + body),
+        ("is damaged: its header line does not end within 1048576 bytes",
+         MAGIC + b'{"format": 1, "x": "' + b"x" * (2 << 20) + b'"}\n' + body),
+        ("is damaged: it is not a regular file", os.mkfifo),
+        ("is damaged: it is not a regular file", Path.mkdir),
+        ("(('__share_group_state', 0) is not a partition's checkpoint)", with_body(
+            served.good, encode({(SHARE_STATE_TOPIC, 0): wrong}))),
+        ("(('__share_group_state', -1.5) is not a partition's checkpoint)", with_body(
+            served.good, encode({(SHARE_STATE_TOPIC, -1.5): PartitionCheckpoint(Progress())}))),
+        ("(('x', 0) is not a partition's checkpoint)", with_body(
+            served.good, encode({("x", 0): PartitionCheckpoint(Progress())}))),
+    ]
+    for said, data in cases:
+        warning = replayed_with_one_warning(served, tmp_path, data, caplog)
+        assert said in warning, (said, warning)
+
+
+def test_a_checkpoint_linked_to_an_endless_device_is_not_read(
+        served: Served, tmp_path: Path) -> None:
+    """`sharestate serve` itself, under a 2 GiB address space (were it read, /dev/zero
+    would fill it)."""
+    directory = tmp_path / "checkpoints"
+    directory.mkdir(mode=0o700)
+    (directory / FILE).symlink_to("/dev/zero")
+    service = ServeProcess("--source", f"kafka://{served.cluster.bootstrap}",
+                           "--checkpoint-dir", str(directory), memory=2 << 30)
+    try:
+        assert service.address is not None
+        eventually(lambda: get(service.address, "/readyz")[0] == 200)  # type: ignore[arg-type]
+        assert answers(service.address) == served.expected
+    finally:
+        assert service.stop(signal.SIGTERM) == 0
+    said = [line for line in service.lines if str(directory / FILE) in line]
+    assert len(said) == 1 and said[0].rstrip().endswith(
+        f"checkpoint {directory / FILE} is damaged: it is not a regular file; kept as "
+        f"{directory / FILE}.bad: replaying from the log start"), service.stderr
+    assert "Traceback" not in service.stderr
+    assert (directory / f"{FILE}.bad").is_symlink()
 
 
 def test_every_class_a_replay_holds_loads_back(tmp_path: Path) -> None:

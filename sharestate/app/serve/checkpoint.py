@@ -33,12 +33,15 @@ import json
 import logging
 import os
 import pickle
+import re
+import stat
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +61,15 @@ from sharestate.coordinator.group_replay import GroupCoordinatorReplay
 from sharestate.coordinator.offsets_manager import OffsetsManager
 from sharestate.coordinator.shard import ShareShard
 from sharestate.log.batch import LogFinding
+from sharestate.log.discovery import INTERNAL_TOPICS
 from sharestate.records import spec
-from sharestate.records.catalog import Dialect, dialect
+from sharestate.records.catalog import (
+    CONSUMER_OFFSETS_TOPIC,
+    SHARE_STATE_TOPIC,
+    Dialect,
+    dialect,
+    dialect_names,
+)
 from sharestate.records.keyvalue import RecordError
 from sharestate.replay.group_log import GroupLogResult
 from sharestate.replay.logs import AsOf
@@ -76,6 +86,15 @@ CORE = ("log", "records", "coordinator", "replay")
 serve modules below and the record schemas): a checkpoint is used only by the same code."""
 CORE_FILES = ("tables/arrow_log.py", "app/serve/live_log.py", "app/serve/checkpoint.py")
 
+MAX_HEADER_BYTES = 1 << 20
+"""The longest header read (it names each partition's position, ~40 bytes a partition)."""
+MAX_HEADER_DEPTH = 8
+"""The deepest nesting a header may have (it has two levels: itself and the positions)."""
+_JSON_ESCAPE = re.compile(rb"\\.", re.DOTALL)
+_NESTING = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(_NESTING)))
+RESULTS = {SHARE_STATE_TOPIC: ShareLogResult, CONSUMER_OFFSETS_TOPIC: GroupLogResult}
+"""The replay result a checkpoint holds for each internal topic's partitions."""
 POLL_S = 0.1
 LOG = logging.getLogger("sharestate.serve")
 
@@ -181,6 +200,30 @@ class _Unpickler(pickle.Unpickler):
             raise pickle.UnpicklingError(f"a checkpoint does not hold {module}.{name}") from None
 
 
+def _check(partitions: Any) -> None:
+    """Raise unless `partitions` is what `encode` was given: each internal-topic partition's
+    checkpoint, with its progress and the result of its topic's replay (if any)."""
+    if not isinstance(partitions, dict):
+        raise pickle.UnpicklingError("not a map of partition checkpoints")
+    for where, saved in partitions.items():
+        if not (isinstance(where, tuple) and len(where) == 2 and where[0] in INTERNAL_TOPICS
+                and type(where[1]) is int and isinstance(saved, PartitionCheckpoint)
+                and isinstance(saved.progress, Progress)
+                and all(type(getattr(saved.progress, name)) is int
+                        for name in ("position", "records"))
+                and isinstance(saved.result, (type(None), RESULTS[where[0]]))
+                and (saved.dialect is None or saved.dialect in dialect_names())):
+            raise pickle.UnpicklingError(f"{where!r} is not a partition's checkpoint")
+
+
+def _depth(text: bytes) -> int:
+    """How deep the arrays and objects of JSON `text` nest (escapes dropped, then what
+    lies outside the strings summed bracket by bracket)."""
+    outside = b"".join(_JSON_ESCAPE.sub(b"", text).split(b'"')[::2])
+    brackets = outside.translate(None, _NOT_BRACKETS)
+    return max(accumulate(map(_NESTING.__getitem__, brackets)), default=0)
+
+
 def encode(partitions: Mapping[Where, PartitionCheckpoint]) -> bytes:
     """The body of a checkpoint (call under the lock that guards the replays)."""
     buffer = io.BytesIO()
@@ -227,12 +270,9 @@ class CheckpointStore:
         """The checkpoint, or None when there is none. CheckpointRefused when it was written
         with other settings, CheckpointUnusable when it cannot be resumed from (a damaged
         file is moved aside first)."""
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
+        data = self._read()
+        if data is None:
             return None
-        except OSError as exc:
-            raise CheckpointUnusable(f"cannot read {self.path}: {exc.strerror}") from None
         header, body = self._split(data)
         expected = self.settings.header()
         for name, value in expected.items():
@@ -248,20 +288,45 @@ class CheckpointStore:
                 f"this one computes")
         try:
             partitions = _Unpickler(io.BytesIO(body)).load()
-            if not isinstance(partitions, dict) or not all(
-                    isinstance(v, PartitionCheckpoint) for v in partitions.values()):
-                raise pickle.UnpicklingError("not a map of partition checkpoints")
+            _check(partitions)
         except Exception as exc:  # any damage the checksum let through: never resumed from
             raise self._damaged(f"its body does not load ({exc})") from None
         return Restored(partitions, header)
+
+    def _read(self) -> bytes | None:
+        """The file's bytes, None when there is none. Only a regular file is read, and only
+        the bytes it held when opened (a FIFO, a device or a directory in its place is
+        damage, and opening one never waits)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise CheckpointUnusable(f"cannot read {self.path}: {exc.strerror}") from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise self._damaged("it is not a regular file")
+            with open(fd, "rb", closefd=False) as file:
+                return file.read(info.st_size)
+        except OSError as exc:
+            raise CheckpointUnusable(f"cannot read {self.path}: {exc.strerror}") from None
+        finally:
+            os.close(fd)
 
     def _split(self, data: bytes) -> tuple[dict[str, Any], bytes]:
         """(header, body) of a checkpoint file; CheckpointUnusable when it is damaged."""
         if not data.startswith(MAGIC):
             raise self._damaged("it does not start as a sharestate serve checkpoint")
-        end = data.find(b"\n", len(MAGIC))
+        end = data.find(b"\n", len(MAGIC), len(MAGIC) + MAX_HEADER_BYTES + 1)
+        if end < 0:
+            raise self._damaged(f"its header line does not end within {MAX_HEADER_BYTES} "
+                                f"bytes")
+        line = data[len(MAGIC):end]
+        if _depth(line) > MAX_HEADER_DEPTH:
+            raise self._damaged(f"its header nests deeper than {MAX_HEADER_DEPTH} levels")
         try:
-            header = json.loads(data[len(MAGIC):end]) if end > 0 else None
+            header = json.loads(line)
         except ValueError:
             header = None
         if not isinstance(header, dict):
