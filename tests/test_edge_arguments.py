@@ -45,6 +45,17 @@ def test_as_of_beyond_int64_or_negative(capsys: pytest.CaptureFixture[str], segm
     _one_line(capsys, flag.lstrip("-").split("-")[0])
 
 
+@pytest.mark.parametrize("command", ["decode", "state", "prune", "offsets"])
+def test_a_cluster_is_not_a_file(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    """The offline commands took `kafka://127.0.0.1:9092` for a path ("kafka:/127.0.0.1:9092:
+    no such file or directory"): they say they read files, and what reads a cluster."""
+    assert main([command, "kafka://127.0.0.1:9092"]) == USAGE
+    _one_line(capsys, "kafka://127.0.0.1:9092 is a live cluster", "read segment files",
+              "sharestate serve --source kafka://", "sharestate run --source kafka://")
+    assert main([command, "s3://bucket/logs"]) == USAGE
+    _one_line(capsys, "s3://bucket/logs: ", "read local segment files, not URIs")
+
+
 @pytest.mark.parametrize("command", ["state", "prune"])
 @pytest.mark.parametrize("value", ["-1", "x", HUGE])
 def test_snapshot_update_records(capsys: pytest.CaptureFixture[str], segment: str,

@@ -24,7 +24,7 @@ from sharestate import arguments, exit_codes
 from sharestate.coordinator.expiry import DEFAULT_RETENTION_MINUTES
 from sharestate.coordinator.shard import KAFKA, SEMANTICS
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
-from sharestate.locations import location
+from sharestate.locations import URI, location
 from sharestate.log import (
     COMPRESSION_NAMES,
     DEFAULT_MAX_BATCH_RECORDS,
@@ -693,8 +693,21 @@ def _add_serve(sub: Any) -> None:
     command.set_defaults(func=run)
 
 
+def _file_source(text: str) -> str:
+    """A source of the offline commands: a path; a URI (a live cluster's) is refused."""
+    if text.startswith("kafka://"):
+        raise argparse.ArgumentTypeError(
+            f"{text} is a live cluster: decode, state, prune and offsets read segment files; "
+            "for a cluster, sharestate serve --source kafka://HOST:PORT answers the same over "
+            "HTTP and sharestate run --source kafka://HOST:PORT writes the Delta tables")
+    if URI.match(text):
+        raise argparse.ArgumentTypeError(f"{text}: decode, state, prune and offsets read "
+                                         "local segment files, not URIs")
+    return text
+
+
 def _add_sources(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("source", nargs="+",
+    parser.add_argument("source", nargs="+", type=_file_source,
                         help="segment file (.log or .log.gz), partition directory, log.dirs "
                              "root or any folder of segments (read with the folders under it)")
     parser.add_argument("--dialect", type=arguments.dialect, default=None,
