@@ -187,6 +187,8 @@ BACKENDS = ("auto", "rs", "jvm")
 """The Delta backends a job may ask for (`sharestate.lake.select` chooses among them)."""
 BACKEND_CONF = "spark.sharestate.lake.backend"
 """The Spark setting that fixes the backend."""
+VERBOSE_CONF = "spark.sharestate.verbose"
+"""The Spark setting that keeps Spark's own console output (`sharestate.spark.console`)."""
 
 
 def add_spark_arguments(p: argparse.ArgumentParser) -> None:
@@ -200,6 +202,14 @@ def add_spark_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lease-wait", type=seconds, default=0.0, metavar="SECONDS",
                    help="wait this long for the warehouse lease another writer holds "
                         "(default: fail at once, exit 2)")
+    add_verbose_argument(p)
+
+
+def add_verbose_argument(p: argparse.ArgumentParser, also: str = "") -> None:
+    """`--verbose`: Spark's own console output (banner, log lines, progress bars) too."""
+    p.add_argument("--verbose", action="store_true",
+                   help=f"show Spark's own console output (its banner, log lines and stage "
+                        f"progress bars){also}; sets {VERBOSE_CONF}")
 
 
 def spark_settings(args: argparse.Namespace) -> dict[str, str]:
@@ -210,4 +220,6 @@ def spark_settings(args: argparse.Namespace) -> dict[str, str]:
         print(warning, file=sys.stderr)
     if args.backend:
         settings[BACKEND_CONF] = args.backend
+    if getattr(args, "verbose", False):
+        settings[VERBOSE_CONF] = "true"
     return settings

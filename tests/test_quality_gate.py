@@ -9,6 +9,7 @@ one thing with the lake API and runs only the suites of that table.
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,26 @@ def test_simulated_warehouse_passes(spark: Any, good: Path) -> None:
     assert all(r["rows"] is not None and r["ge_version"] for r in results)
     assert not lake.read(good / "audit_findings").where("rule = 'quality_gate'").count()
     assert (good / DOCS / "index.html").is_file()
+
+
+def test_gate_caches_each_frame_once(spark: Any, good: Path,
+                                     capfd: pytest.CaptureFixture[str]) -> None:
+    """Each suite's frame is cached once, by the gate: Great Expectations' Spark data source
+    cached it again for every validation (its `persist`, on by default), and Spark logged
+    `WARN CacheManager: Asked to cache already cached data` for each. The JVM's stderr
+    reaches this test's (a warning logged in the JVM shows it)."""
+    capfd.readouterr()
+    result = run_gate(spark, good, load_config(), run_id="t")
+    assert len(result.results) >= 19
+    spark._jvm.org.apache.logging.log4j.LogManager.getLogger("sharestate.test").warn("marker")
+    err = ""
+    for _ in range(50):  # the JVM's stderr comes through a thread
+        err += capfd.readouterr().err
+        if "marker" in err:
+            break
+        time.sleep(0.1)
+    assert "WARN test: marker" in err
+    assert "Asked to cache already cached data" not in err, err
 
 
 def test_cli_gate_passes_and_builds_docs(good: Path, capsys: pytest.CaptureFixture[str]

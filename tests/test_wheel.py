@@ -41,4 +41,5 @@ def test_wheel_builds_cleanly_and_carries_every_schema(tmp_path: Path) -> None:
                 for path in schemas.rglob("*.json")}
     assert len(expected) > 50
     assert expected <= names, sorted(expected - names)
-    assert {"sharestate/jars.lock", "sharestate/_native.pyi"} <= names
+    assert {"sharestate/jars.lock", "sharestate/_native.pyi",
+            "sharestate/spark/log4j2.properties"} <= names

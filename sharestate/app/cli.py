@@ -608,8 +608,7 @@ def _add_sql(sub: Any) -> None:
     command.add_argument("--lease-wait", type=arguments.seconds, default=0.0,
                          metavar="SECONDS", help="with --write: wait this long for the "
                                                  "warehouse lease another writer holds")
-    command.add_argument("--verbose", action="store_true",
-                         help="on failure, print Spark's Java stack too")
+    arguments.add_verbose_argument(command, also=", and Spark's Java stack of a failed query")
     command.add_argument("query", help="a Spark SQL query; tables are views by name")
     command.set_defaults(func=cmd_sql)
 
@@ -633,6 +632,7 @@ def _add_demo(sub: Any) -> None:
     command.add_argument("--records", type=arguments.count, default=200_000,
                          help="__share_group_state records to simulate (default %(default)s)")
     command.add_argument("--seed", type=int, default=7)
+    arguments.add_verbose_argument(command)
     command.set_defaults(func=cmd_demo)
 
 
@@ -667,7 +667,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from sharestate.app.report import ReportError, write_report
 
     try:
-        path = write_report(args.warehouse, args.out, backend=args.backend)
+        path = write_report(args.warehouse, args.out, backend=args.backend,
+                            verbose=args.verbose)
     except ReportError as exc:
         raise UsageError(str(exc)) from None
     print(f"report: {path}")
@@ -681,6 +682,7 @@ def _add_report(sub: Any) -> None:
                          help="folder holding the Delta tables")
     command.add_argument("--out", required=True, type=location, help="HTML file to write")
     command.add_argument("--backend", choices=arguments.BACKENDS, default=None)
+    arguments.add_verbose_argument(command)
     command.set_defaults(func=cmd_report)
 
 

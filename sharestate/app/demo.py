@@ -64,7 +64,8 @@ def run_demo(args: argparse.Namespace) -> Iterator[str]:
     ends = logs / END_OFFSETS_FILE
     yield f"simulated: {result.summary_line()}"
     status = run(parser().parse_args(["--source", str(logs), "--warehouse", str(warehouse),
-                                      "--delivery-limit", "5", "--end-offsets", str(ends)]),
+                                      "--delivery-limit", "5", "--end-offsets", str(ends),
+                                      *(["--verbose"] if args.verbose else [])]),
                  (*JOBS, QUALITY))
     spark = build_session("sharestate")
     register_views(spark, warehouse)

@@ -68,8 +68,10 @@ def _jobs() -> Iterator[str]:
 
 
 def _spark() -> Iterator[str]:
+    from sharestate.arguments import VERBOSE_CONF
     from sharestate.lake.select import BACKEND_CONF
     from sharestate.spark.class_archive import SETTING
+    from sharestate.spark.console import QUIET
     from sharestate.spark.session import (
         CONF_FILE_ENV,
         DEFAULT_CONF_FILE,
@@ -90,13 +92,19 @@ def _spark() -> Iterator[str]:
            f"`quick` (`{QUICK_JIT}`) or `full`; by default quick for the pipeline jobs on a "
            f"`local[...]` master with the `rs` backend (the JVM only plans and commits there "
            f"while Python workers do the work), full otherwise (`sharestate sql` runs its "
-           f"queries in the JVM).\n\n")
+           f"queries in the JVM). `{VERBOSE_CONF} true` (`--verbose`) leaves that JVM's "
+           f"console to Spark: its banner, log lines and progress bars; by default it logs "
+           f"warnings without Spark's start-up notices, draws no progress bars and serves no "
+           f"web UI, and the command prints a line per phase instead (see "
+           f"`sharestate/spark/console.py`).\n\n")
     yield "| setting | default | when |\n|---|---|---|\n"
     for key, value in DEFAULTS.items():
         yield f"| `{key}` | `{value}` | always |\n"
     for key, value in LOCAL_DEFAULTS.items():
         shown = "the repository root" if key.endswith("PYTHONPATH") else f"`{value}`"
         yield f"| `{key}` | {shown} | `local[...]` master |\n"
+    for key, value in QUIET.items():
+        yield f"| `{key}` | `{value}` | a JVM the command starts, without `{VERBOSE_CONF}` |\n"
     yield "\n"
 
 

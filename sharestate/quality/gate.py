@@ -110,7 +110,8 @@ def run_gate(spark: SparkSession, warehouse: str | Path, config: QualityConfig, 
         return lake.read(root / name)
 
     context = _context(docs_dir)
-    source = context.data_sources.add_spark("sharestate")
+    # the gate caches each frame itself: without persist=False, GX caches it again per run
+    source = context.data_sources.add_spark("sharestate", persist=False)
     results: list[CheckResult] = []
     for suite in suites(config):
         if tables is not None and suite.table not in tables:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from sharestate.spark.jobs.analytics import AnalyticsInputs
+    from sharestate.spark.jobs.warehouse import RunReport
 
 JOBS = ("ingest", "decode", "replay", "analytics")
 QUALITY = "quality"
@@ -192,6 +193,7 @@ def _check_warehouse(warehouse: str) -> None:
 def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
         spark_factory: Callable[..., SparkSession] | None = None) -> int:
     """Run `jobs` in order with a session built from `args`; print a summary; exit status."""
+    from sharestate.spark import console
     from sharestate.spark.executors import executor_kernels, warn_if_pure
     from sharestate.spark.jobs.analytics import analytics
     from sharestate.spark.jobs.decode import decode
@@ -223,7 +225,8 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
     inputs = _analytics_inputs(args, jobs, kafka_options)
     warehouse = Warehouse(Path(args.warehouse))
     run_id = args.run_id or new_run_id()
-    reports = []
+    reports: list[RunReport] = []
+    printed = 0
     with ExitStack() as held:
         try:
             # the session first: a backend that cannot run is refused before the lease
@@ -244,6 +247,8 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
         # ingest followed by decode is one pass: ingest writes the silver tables as well
         fused = "ingest" in jobs and "decode" in jobs
         for job in jobs:
+            if not (job == "decode" and fused):
+                console.phase("quality gate" if job == QUALITY else job)
             if job == "ingest":
                 reports.append(ingest(
                     spark, warehouse, args.source, run_id=run_id, full=args.full,
@@ -265,12 +270,17 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
             else:
                 reports.append(analytics(spark, warehouse, run_id=run_id,
                                                   inputs=inputs))
-    for report in reports:
-        counts = ", ".join(f"{name} {rows}" for name, rows in report.rows.items())
-        print(f"{report.job:<9} {report.seconds:6.1f}s  {counts or 'nothing new'}"
-              + (f"  ({report.findings} findings)" if report.findings else ""))
+            if len(reports) > printed:  # its line as soon as the job is done
+                _print_report(reports[-1])
+                printed = len(reports)
     print(f"tables in {warehouse.root.resolve()} (run {run_id})")
     return exit_codes.FINDINGS if any(r.findings for r in reports) else exit_codes.OK
+
+
+def _print_report(report: RunReport) -> None:
+    counts = ", ".join(f"{name} {rows}" for name, rows in report.rows.items())
+    print(f"{report.job:<9} {report.seconds:6.1f}s  {counts or 'nothing new'}"
+          + (f"  ({report.findings} findings)" if report.findings else ""), flush=True)
 
 
 def main(argv: Sequence[str] | None = None, jobs: Sequence[str] = JOBS) -> int:

@@ -22,6 +22,9 @@ quick JIT only (`-XX:TieredStopAtLevel=1`) where the caller says the JVM only or
 with the `rs` backend: full optimisation there costs seconds of CPU that the workers need.
 `spark.sharestate.driverJit` (`quick`, `full`) overrides that choice.
 
+Unless `spark.sharestate.verbose` is true, a JVM it starts itself is quiet: no Spark banner,
+no progress bars, its notices filtered (`sharestate.spark.console`).
+
 It also raises the `py4j` logger to INFO: at DEBUG py4j logs every command sent to the JVM,
 reader options — credentials among them — included.
 
@@ -58,7 +61,7 @@ from pyspark.sql import SparkSession
 
 from sharestate import jars
 from sharestate.lake.select import BACKEND_CONF, BACKENDS, BackendError, open_lake
-from sharestate.spark import class_archive
+from sharestate.spark import class_archive, console
 
 DeltaMode = Literal["auto", "on", "off", "pip"]
 JitMode = Literal["quick", "full"]
@@ -277,6 +280,7 @@ def build_session(app_name: str | None = None, *, master: str | None = None,
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         if settings["spark.master"].startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        settings = console.quiet_settings(settings)
         if options := driver_java_options(settings, quick_jit):
             settings[class_archive.JAVA_OPTIONS] = options
         settings = with_pinned_delta(settings)
@@ -295,6 +299,8 @@ def build_session(app_name: str | None = None, *, master: str | None = None,
         from delta import configure_spark_with_delta_pip
 
         builder = configure_spark_with_delta_pip(builder)
+    if launched is None:
+        console.launch_jvm(builder._options)
     session = builder.getOrCreate()
     try:  # a backend that cannot run is a bad setting: say so now, before any work
         open_lake(session)

@@ -28,8 +28,9 @@ class ReportError(Exception):
 
 
 def write_report(warehouse: str | Path, out: str | Path, *, backend: str | None = None,
-                 spark: SparkSession | None = None) -> Path:
-    """Render the report of `warehouse` into `out`; return its path."""
+                 spark: SparkSession | None = None, verbose: bool = False) -> Path:
+    """Render the report of `warehouse` into `out`; return its path. A session it starts
+    itself shows Spark's console output only when `verbose`."""
     from sharestate.app.report.data import load
     from sharestate.app.report.page import render
     from sharestate.lake import find_tables
@@ -37,11 +38,14 @@ def write_report(warehouse: str | Path, out: str | Path, *, backend: str | None 
     if not find_tables(warehouse):
         raise ReportError(f"no Delta tables under {warehouse}")
     if spark is None:
+        from sharestate.arguments import BACKEND_CONF, VERBOSE_CONF
         from sharestate.spark.session import SettingError, build_session
 
+        conf = {BACKEND_CONF: backend} if backend else {}
+        if verbose:
+            conf[VERBOSE_CONF] = "true"
         try:
-            spark = build_session("sharestate-report", ui=False, conf={
-                "spark.sharestate.lake.backend": backend} if backend else {})
+            spark = build_session("sharestate-report", ui=False, conf=conf)
         except SettingError as exc:
             raise ReportError(str(exc)) from None
     page = render(load(spark, str(Path(warehouse).resolve())))
