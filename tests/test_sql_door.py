@@ -6,6 +6,7 @@ their header. Real local Spark over a real warehouse."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -180,45 +181,6 @@ def test_write_needs_the_jvm_backend(warehouse: Path,
     assert "--write needs the jvm backend" in capfd.readouterr().err
 
 
-def test_write_changes_delta_tables_under_the_lease(spark: Any, warehouse: Path,
-                                                    tmp_path: Path) -> None:
-    """--write on the jvm backend: Delta's DELETE runs (and only there); Delta's own SQL then
-    sees the table's history and reads the version before the DELETE. The four statements
-    run in order in one process (a JVM with Delta's jars)."""
-    import shutil
-
-    from one_process import call_in_one_process
-
-    from sharestate.jars import delta_jars
-
-    if not delta_jars().present:
-        pytest.skip("Delta's jars are not in the jar cache (make jars)")
-    copy = tmp_path / "wh"
-    shutil.copytree(warehouse, copy)
-    before = _redelivery(spark, copy)
-    previous = max(c.version for c in open_lake(spark).history(str(copy / "redelivery")))
-    history, old = tmp_path / "history.jsonl", tmp_path / "old.jsonl"
-    sql = ["sql", "--warehouse", str(copy), "--backend", "jvm", "--format", "jsonl"]
-    calls = call_in_one_process("sharestate.app.cli", [
-        [*sql, "DELETE FROM redelivery"],
-        [*sql, "--write", "DELETE FROM redelivery WHERE records > 1"],
-        [*sql, "--output", str(history), "DESCRIBE HISTORY redelivery"],
-        [*sql, "--output", str(old), f"SELECT * FROM redelivery VERSION AS OF {previous}"]])
-    assert calls.statuses == [REFUSED, 0, 0, 0], calls.stderr[-3000:]
-    errors = [line for line in calls.stderr.splitlines() if line.startswith("sharestate")]
-    assert len(errors) == 1 and "DELETE" in errors[0], calls.stderr[-3000:]
-    after = _redelivery(spark, copy)
-    assert after == [r for r in before if json.loads(r)["records"] <= 1] and after != before
-
-    commits = [json.loads(line) for line in history.read_text("utf-8").splitlines()]
-    assert [c["version"] for c in commits] == [c.version for c in
-                                              open_lake(spark).history(str(copy / "redelivery"))]
-    # one commit after the table as it was: the refused DELETE wrote nothing, --write's did
-    assert commits[0]["operation"] == "DELETE" and commits[1]["version"] == previous
-    assert sorted(json.dumps(json.loads(line), sort_keys=True)
-                  for line in old.read_text("utf-8").splitlines()) == before
-
-
 def test_time_travel_on_rs_says_how_to_get_it(warehouse: Path,
                                               capfd: pytest.CaptureFixture[str]) -> None:
     assert _sql(warehouse, "--backend", "rs", "SELECT * FROM redelivery VERSION AS OF 0") \
@@ -245,38 +207,148 @@ DELTA_ERRORS = {
         "[DELTA_TIMESTAMP_GREATER_THAN_COMMIT]",
     "SELECT * FROM table_changes('redelivery', 0)": "[DELTA_MISSING_CHANGE_DATA]",
 }
+DELTA_WRITE_ERRORS = {
+    "VACUUM redelivery RETAIN 0 HOURS": "[DELTA_VACUUM_RETENTION_PERIOD_TOO_SHORT]",
+    # an error with a query context: PySpark's own conversion of it fails
+    "MERGE INTO redelivery t USING share_group_lag s ON t.group_id = s.group_id "
+    "WHEN NOT MATCHED THEN INSERT *": "[DELTA_MERGE_UNRESOLVED_EXPRESSION]",
+    "RESTORE TABLE redelivery TO VERSION AS OF 99": "[DELTA_CANNOT_RESTORE_TABLE_VERSION]",
+    "UPDATE redelivery SET no_such_column = 1": "[UNRESOLVED_COLUMN",
+}
+"""--write statements the door lets through (to Delta, which refuses them)."""
 
 
-def test_delta_errors_are_one_line_naming_deltas_error(
-        spark: Any, warehouse: Path, tmp_path: Path) -> None:
-    """On the jvm backend Delta's own errors (time travel out of range, change data never
-    recorded, VACUUM under Delta's retention check) are exit 4 with Delta's error class and
-    message in one line, not `[INTERNAL_ERROR] Cannot find main error class` and exit 70;
-    the refused VACUUM deleted nothing. One process (a JVM with Delta's jars)."""
+@dataclass
+class DeltaCalls:
+    """`sql --backend jvm` calls on a copy of the warehouse, in one process: what each
+    returned and printed on stderr (its `sharestate` line), by statement."""
+
+    warehouse: Path
+    outside: Path
+    files_before: list[str]
+    before: list[str]
+    previous: int
+    results: dict[str, tuple[int, list[str]]]
+
+
+def _outside_statements(outside: Path, warehouse: Path) -> dict[str, str]:
+    """--write statements that write outside the warehouse's tables, with what they name."""
+    return {
+        f"INSERT OVERWRITE DIRECTORY '{outside / 'dir'}' USING parquet SELECT 1 AS x":
+            "INSERT OVERWRITE DIRECTORY",
+        f"CREATE TABLE made USING delta LOCATION '{outside / 'ctas'}' AS SELECT 1 AS x":
+            "CREATE TABLE ... AS SELECT",
+        f"CONVERT TO DELTA parquet.`{outside / 'parquet'}`": "CONVERT TO DELTA",
+        f"CREATE TABLE cloned SHALLOW CLONE redelivery LOCATION '{outside / 'clone'}'":
+            "CLONE",
+        f"CREATE DATABASE made LOCATION '{outside / 'database'}'": "CREATE DATABASE",
+        f"VACUUM '{warehouse / 'redelivery'}' RETAIN 200 HOURS": "a table named by its path",
+    }
+
+
+WRITE_DELETE = "DELETE FROM redelivery WHERE records > 1"
+HISTORY = "DESCRIBE HISTORY redelivery"
+
+
+@pytest.fixture(scope="module")
+def delta_calls(spark: Any, warehouse: Path, tmp_path_factory: pytest.TempPathFactory
+                ) -> DeltaCalls:
+    """Delta's errors and the --write door, each statement once, in order, in one process
+    (a JVM with Delta's jars); the last four change the table and read what changed: a
+    DELETE without --write, one with it, DESCRIBE HISTORY and the version before it."""
     import shutil
 
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     from one_process import call_in_one_process
 
     from sharestate.jars import delta_jars
 
     if not delta_jars().present:
         pytest.skip("Delta's jars are not in the jar cache (make jars)")
-    copy = tmp_path / "wh"
+    copy = tmp_path_factory.mktemp("delta") / "wh"
     shutil.copytree(warehouse, copy)
+    outside = tmp_path_factory.mktemp("outside")
+    (outside / "parquet").mkdir()
+    pq.write_table(pa.table({"x": [1]}), outside / "parquet" / "part-0.parquet")
     files = sorted(p.name for p in (copy / "redelivery").rglob("*.parquet"))
-    sql = ["sql", "--warehouse", str(copy), "--backend", "jvm"]
-    calls = call_in_one_process("sharestate.app.cli", [
-        *([*sql, statement] for statement in DELTA_ERRORS),
-        [*sql, "--write", "VACUUM redelivery RETAIN 0 HOURS"]])
-    assert calls.statuses == [REFUSED] * (len(DELTA_ERRORS) + 1), calls.stderr[-3000:]
-    assert "Traceback" not in calls.stderr and "INTERNAL_ERROR" not in calls.stderr
-    errors = [line for line in calls.stderr.splitlines() if line.startswith("sharestate")]
-    expected = [*DELTA_ERRORS.values(), "[DELTA_VACUUM_RETENTION_PERIOD_TOO_SHORT]"]
-    assert len(errors) == len(expected), calls.stderr[-3000:]
-    for line, error_class in zip(errors, expected, strict=True):
-        assert f"query failed: {error_class} " in line, line
-    assert "Available versions: [0, 1]" in errors[0]
-    assert sorted(p.name for p in (copy / "redelivery").rglob("*.parquet")) == files
+    before = _redelivery(spark, copy)
+    previous = max(c.version for c in open_lake(spark).history(str(copy / "redelivery")))
+    sql = ["sql", "--warehouse", str(copy), "--backend", "jvm", "--format", "jsonl"]
+    argvs = {statement: [*sql, statement] for statement in DELTA_ERRORS}
+    argvs |= {statement: [*sql, "--write", statement] for statement in
+              [*DELTA_WRITE_ERRORS, *_outside_statements(outside, copy)]}
+    argvs |= {"DELETE FROM redelivery": [*sql, "DELETE FROM redelivery"],
+              WRITE_DELETE: [*sql, "--write", WRITE_DELETE],
+              HISTORY: [*sql, "--output", str(outside / "history.jsonl"), HISTORY],
+              "VERSION AS OF previous": [*sql, "--output", str(outside / "old.jsonl"),
+                                         f"SELECT * FROM redelivery VERSION AS OF {previous}"]}
+    calls = call_in_one_process("sharestate.app.cli", list(argvs.values()))
+    assert "Traceback" not in calls.stderr, calls.stderr[-3000:]
+    # each call's `sharestate` lines: the calls' stderr in order, split at the refusals
+    lines = iter(line for line in calls.stderr.splitlines() if line.startswith("sharestate"))
+    results = {statement: (status, [next(lines)] if status else [])
+               for statement, status in zip(argvs, calls.statuses, strict=True)}
+    assert next(lines, None) is None, calls.stderr[-3000:]
+    return DeltaCalls(copy, outside, files, before, previous, results)
+
+
+def test_delta_errors_are_one_line_naming_deltas_error(delta_calls: DeltaCalls) -> None:
+    """On the jvm backend Delta's own errors (time travel out of range, change data never
+    recorded, VACUUM under Delta's retention check, a MERGE Delta cannot resolve) are exit 4
+    with Delta's error class and message in one line, not `[INTERNAL_ERROR] Cannot find
+    main error class` and exit 70; the refused VACUUM deleted nothing."""
+    for statement, error_class in {**DELTA_ERRORS, **DELTA_WRITE_ERRORS}.items():
+        status, lines = delta_calls.results[statement]
+        assert status == REFUSED and len(lines) == 1, (statement, status, lines)
+        assert f"query failed: {error_class}" in lines[0], lines
+        assert "INTERNAL_ERROR" not in lines[0]
+    assert "Available versions: [0, 1]" in delta_calls.results[
+        "SELECT * FROM redelivery VERSION AS OF 99"][1][0]
+    assert set(delta_calls.files_before) <= {
+        p.name for p in (delta_calls.warehouse / "redelivery").rglob("*.parquet")}
+
+
+def test_write_changes_only_the_warehouse_tables(delta_calls: DeltaCalls) -> None:
+    """--write runs DELETE, UPDATE, MERGE, OPTIMIZE, VACUUM and RESTORE of a warehouse table
+    by name (DELETE: test_write_changes_delta_tables_under_the_lease; UPDATE, MERGE, VACUUM,
+    RESTORE reach Delta: DELTA_WRITE_ERRORS); every statement that writes elsewhere (a
+    directory, a table or database at a location, a conversion or clone, a table by its
+    path) is refused, one line, and wrote nothing."""
+    for statement, what in _outside_statements(delta_calls.outside,
+                                               delta_calls.warehouse).items():
+        status, lines = delta_calls.results[statement]
+        assert status == REFUSED and len(lines) == 1, (statement, status, lines)
+        assert "[SHARESTATE_READ_ONLY] refused: --write runs" in lines[0] \
+            and f"and {what} is not one" in lines[0], lines
+    assert sorted(p.name for p in delta_calls.outside.iterdir()) == [
+        "history.jsonl", "old.jsonl", "parquet"]
+    assert not (delta_calls.outside / "parquet" / "_delta_log").exists()
+
+
+def test_write_changes_delta_tables_under_the_lease(spark: Any,
+                                                    delta_calls: DeltaCalls) -> None:
+    """--write on the jvm backend: Delta's DELETE runs (and only there); Delta's own SQL then
+    sees the table's history and reads the version before the DELETE."""
+    results, copy = delta_calls.results, delta_calls.warehouse
+    status, lines = results["DELETE FROM redelivery"]
+    assert status == REFUSED and "DELETE" in lines[0], lines
+    assert [results[s][0] for s in (WRITE_DELETE, HISTORY, "VERSION AS OF previous")] \
+        == [0, 0, 0]
+    after = _redelivery(spark, copy)
+    before = delta_calls.before
+    assert after == [r for r in before if json.loads(r)["records"] <= 1] and after != before
+
+    history = delta_calls.outside / "history.jsonl"
+    commits = [json.loads(line) for line in history.read_text("utf-8").splitlines()]
+    assert [c["version"] for c in commits] == [c.version for c in
+                                              open_lake(spark).history(str(copy / "redelivery"))]
+    # one commit after the table as it was: the refused statements wrote nothing, --write's
+    # DELETE did
+    assert commits[0]["operation"] == "DELETE" and commits[1]["version"] == delta_calls.previous
+    old = delta_calls.outside / "old.jsonl"
+    assert sorted(json.dumps(json.loads(line), sort_keys=True)
+                  for line in old.read_text("utf-8").splitlines()) == before
 
 
 def test_describe_history_on_rs_says_how_to_get_it(warehouse: Path,

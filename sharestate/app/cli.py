@@ -447,8 +447,10 @@ def cmd_sql(args: argparse.Namespace) -> int:
     Read-only: a statement that writes (INSERT, CREATE TABLE ... AS, INSERT OVERWRITE
     DIRECTORY, SET, DELETE, ...) or calls out of SQL (reflect(), TRANSFORM ... USING, ADD
     JAR) is refused before anything runs. A refused or failed query exits 4 with one line
-    naming Spark's error class (the Java stack with --verbose). --write (jvm backend) lets a
-    statement change the warehouse's Delta tables; call-outs stay refused.
+    naming Spark's error class (the Java stack with --verbose). --write (jvm backend) also runs
+    DELETE, UPDATE, MERGE, OPTIMIZE, VACUUM (under Delta's retention check) and RESTORE of
+    the warehouse's tables by name, and no other statement that writes; call-outs stay
+    refused.
     """
     import tempfile
 
@@ -496,6 +498,7 @@ def _run_statement(spark: Any, args: argparse.Namespace, *, delta_sql: bool
     from pyspark.logger import PySparkLogger
     from pyspark.sql import DataFrame
 
+    from sharestate.lake.errors import spark_error_line
     from sharestate.lake.read_only import RefusedStatement, check_statement
 
     # pyspark logs every failed query's Java stack; the one line below says what failed
@@ -513,32 +516,7 @@ def _run_statement(spark: Any, args: argparse.Namespace, *, delta_sql: bool
     except (PySparkException, Py4JJavaError) as exc:
         if args.verbose:
             print(str(exc), file=sys.stderr)
-        raise QueryError(f"query failed: {_spark_error_line(exc)}") from None
-
-
-def _spark_error_line(exc: Exception) -> str:
-    """A Spark (or Delta) error's first paragraph in one line, led by its error class.
-
-    The message is the exception's own: PySpark's `getMessage()` renders it again from
-    Spark's table of error conditions, which holds none of Delta's (those live in Delta's
-    jar, `error/delta-error-classes.json`), and fails with `[INTERNAL_ERROR] Cannot find
-    main error class 'DELTA_...'` for every Delta error."""
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors import PySparkException
-
-    if isinstance(exc, Py4JJavaError):
-        java = exc.java_exception
-        error_class = java.getClass().getName()
-        message = str(java.getMessage() or "")
-    else:
-        assert isinstance(exc, PySparkException)
-        error_class = exc.getCondition() or type(exc).__name__
-        message = str(exc)  # without the JVM stack: spark.sql.pyspark.jvmStacktrace.enabled
-    # its first paragraph, without the plan Spark appends to an analysis error (";\n...");
-    # Delta wraps its sentences over several lines
-    text = message.strip().split("\n\n", 1)[0].split(";\n", 1)[0]
-    first = " ".join(text.split())
-    return first if first.startswith(f"[{error_class}]") else f"[{error_class}] {first}".strip()
+        raise QueryError(f"query failed: {spark_error_line(exc)}") from None
 
 
 @contextmanager

@@ -12,7 +12,13 @@ functions run code. Spark's own settings close the rest (`session_settings`): no
 file paths (`parquet.`/path``: only the warehouse's tables are readable), and a throw-away
 `spark.sql.warehouse.dir`, so that a catalog lookup creates nothing in the current folder.
 
-`write=True` (`sharestate sql --write`) lifts the query-only rule; call-outs stay refused.
+`write=True` (`sharestate sql --write`) also lets through Delta's statements that change a
+warehouse table named in the catalog, and nothing else (`WRITE_OPERATORS`, again an
+allowlist): DELETE, UPDATE, MERGE, OPTIMIZE, VACUUM (under Delta's retention check, which
+`session_settings` holds on) and RESTORE. A table named by its path, a VACUUM over an
+inventory, and every statement that writes outside the tables (INSERT OVERWRITE DIRECTORY,
+CREATE TABLE ... LOCATION, CONVERT TO DELTA, CLONE, CREATE DATABASE ... LOCATION) are
+refused; call-outs stay refused.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ _ANALYSIS = "org.apache.spark.sql.catalyst.analysis."
 _EXPRESSIONS = "org.apache.spark.sql.catalyst.expressions."
 _EXECUTION = "org.apache.spark.sql.execution."
 _DELTA = "org.apache.spark.sql.delta.commands."
+_VACUUM = "io.delta.tables.execution.VacuumTableCommand"
 
 QUERY_OPERATORS = frozenset(
     [_LOGICAL + name for name in (
@@ -54,6 +61,16 @@ refused."""
 DELTA_SQL = {_ANALYSIS + "RelationTimeTravel": "time travel (VERSION AS OF, TIMESTAMP AS OF)",
              _DELTA + "DescribeDeltaHistory": "DESCRIBE HISTORY"}
 """Delta SQL that needs the tables in the catalog of the `jvm` backend."""
+
+WRITE_OPERATORS = frozenset(
+    [_LOGICAL + name for name in ("DeleteFromTable", "UpdateTable", "MergeIntoTable",
+                                  "RestoreTableStatement")]
+    + [_DELTA + name for name in ("DeleteCommand", "UpdateCommand", "MergeIntoCommand",
+                                  "OptimizeTableCommand", "RestoreTableCommand")]
+    + [_VACUUM, "org.apache.spark.sql.catalyst.TimeTravel", _ANALYSIS + "ResolvedTable"])
+"""Plan operators (parsed or analysed, with Delta's SQL) of the statements `--write` runs
+besides queries: DELETE, UPDATE, MERGE, OPTIMIZE, VACUUM, RESTORE of a table by name."""
+WRITES = "DELETE, UPDATE, MERGE, OPTIMIZE, VACUUM or RESTORE of a warehouse table"
 
 CALL_OUTS = {
     _EXPRESSIONS + "CallMethodViaReflection": "reflect()/java_method() call Java methods",
@@ -90,6 +107,11 @@ STATEMENTS = {
     _LOGICAL + "CacheTable": "CACHE TABLE",
     _LOGICAL + "CacheTableAsSelect": "CACHE TABLE ... AS SELECT",
     _LOGICAL + "UncacheTable": "UNCACHE TABLE",
+    _LOGICAL + "CreateNamespace": "CREATE DATABASE",
+    _LOGICAL + "CloneTableStatement": "CLONE",
+    _DELTA + "ConvertToDeltaCommand": "CONVERT TO DELTA",
+    _DELTA + "CreateDeltaTableCommand": "CREATE TABLE",
+    "org.apache.spark.sql.delta.UnresolvedPathBasedDeltaTable": "a table named by its path",
 }
 """Readable names for the refusal message (others are named by their plan operator)."""
 
@@ -103,7 +125,8 @@ class RefusedStatement(Exception):
 def session_settings(scratch: str) -> dict[str, str]:
     """Spark settings for a session that serves the door (set before the JVM starts);
     `scratch` is a throw-away folder for Spark's own catalog."""
-    return {"spark.sql.runSQLOnFiles": "false", "spark.sql.warehouse.dir": scratch}
+    return {"spark.sql.runSQLOnFiles": "false", "spark.sql.warehouse.dir": scratch,
+            "spark.databricks.delta.retentionDurationCheck.enabled": "true"}
 
 
 def check_statement(spark: SparkSession, statement: str, *, write: bool = False,
@@ -158,11 +181,20 @@ def _check(spark: SparkSession, plan: Any, write: bool) -> None:
                 word in simple for word in _USER_FUNCTION_WORDS)):
             reason = CALL_OUTS.get(name, f"{simple} runs user code")
             raise RefusedStatement(f"[{ERROR_CLASS}] refused: {reason}")
-        if not write and kind == "plan" and name not in QUERY_OPERATORS:
-            what = STATEMENTS.get(name, simple)
+        if kind != "plan" or name in QUERY_OPERATORS or (write and name in WRITE_OPERATORS):
+            if name == _VACUUM and (node.inventoryTable().isDefined()
+                                    or node.inventoryQuery().isDefined()):
+                raise RefusedStatement(f"[{ERROR_CLASS}] refused: --write runs VACUUM over the "
+                                       "table's own files, not over an inventory")
+            continue
+        what = STATEMENTS.get(name, simple)
+        if write:
             raise RefusedStatement(
-                f"[{ERROR_CLASS}] refused: sharestate sql runs queries only, and {what} is not "
-                f"one (operator {simple}); to change tables, see --write")
+                f"[{ERROR_CLASS}] refused: --write runs queries and {WRITES} by its name, "
+                f"and {what} is not one (operator {simple})")
+        raise RefusedStatement(
+            f"[{ERROR_CLASS}] refused: sharestate sql runs queries only, and {what} is not "
+            f"one (operator {simple}); to change tables, see --write")
 
 
 def _nodes(plan: Any, subquery: Any) -> Iterator[tuple[str, Any]]:
