@@ -1,7 +1,8 @@
 """sharestate as a library: what the command line answers, as Arrow tables.
 
 Every function takes the sources the command line takes — segment files, partition
-directories, a `log.dirs` root (`.log` and `.log.gz`) — and returns a `pyarrow.Table` whose
+directories, a `log.dirs` root, any folder of segments (`.log` and `.log.gz`; what a folder
+holds that is not read is a warning) — and returns a `pyarrow.Table` whose
 columns are those of the Delta table of the same name (`schemas/tables/<name>.json`), so a
 notebook's answer and the pipeline's agree. pandas is `.to_pandas()` away, Spark
 `spark.createDataFrame(table)`::
@@ -19,6 +20,7 @@ the state functions apply everything else, as Kafka's coordinator does.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
@@ -30,7 +32,7 @@ import pyarrow.compute as pc
 from sharestate.coordinator.expiry import DEFAULT_RETENTION_MINUTES
 from sharestate.coordinator.shard import KAFKA
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
-from sharestate.log import DEFAULT_LIMITS, LogFinding, ReadLimits, discover
+from sharestate.log import DEFAULT_LIMITS, LogFinding, ReadLimits, Segment, discover
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.replay.group_log import GroupLogResult, replay_group_log
 from sharestate.replay.logs import UNKNOWN_PARTITION, AsOf, PartitionLog, parse_time, partition_logs
@@ -87,6 +89,11 @@ def _paths(sources: Sources) -> list[str]:
     return [str(source) for source in sources]
 
 
+def _segments(sources: Sources) -> list[Segment]:
+    """The sources' segments; what a folder held that is not read, as a warning."""
+    return discover(_paths(sources), say=warnings.warn)
+
+
 def as_of(offset: int | None = None, time: When = None) -> AsOf:
     """The stop point: after offset `offset`, or after the records up to `time`."""
     if isinstance(time, datetime):
@@ -98,7 +105,7 @@ def as_of(offset: int | None = None, time: When = None) -> AsOf:
 
 def _logs(sources: Sources, topic: str, dialect: str | None, limits: ReadLimits
           ) -> tuple[list[PartitionLog], list[LogFinding]]:
-    logs, unknown = partition_logs(discover(_paths(sources)), dialect=dialect, limits=limits)
+    logs, unknown = partition_logs(_segments(sources), dialect=dialect, limits=limits)
     return [log for log in logs if log.topic == topic], unknown
 
 
@@ -178,7 +185,7 @@ def read_log(sources: Sources, *, limits: ReadLimits = DEFAULT_LIMITS,
     """Every record of the sources' segments (`log_records`), what could not be read
     (`decode_errors`), and the decoded records (`share_state_records`, `group_records`).
     Holds the whole input in memory: for large logs, run the pipeline."""
-    paths = [str(segment.path) for segment in discover(_paths(sources))]
+    paths = [str(segment.path) for segment in _segments(sources)]
     splits = pa.RecordBatch.from_pydict({"path": paths, "start": [0] * len(paths),
                                          "end": [None] * len(paths)},
                                         schema=pa.schema([("path", pa.string()),

@@ -154,3 +154,22 @@ def test_read_log_holds_every_record_and_finding(simulated: Path, tmp_path: Path
     assert broken.decode_errors.num_rows >= 1
     assert broken.decode_errors.schema == table("decode_errors").arrow_schema()
     assert isinstance(broken.log_records, pa.Table)
+
+
+def test_what_a_folder_holds_unread_is_a_warning(tmp_path: Path) -> None:
+    """The API reads folders as the command line does: a backup folder named `<x>-<digits>`
+    is read (it was empty), and other topics' partitions in a log.dirs root are a warning,
+    not silence; a folder without segments raises."""
+    from sharestate.log import SourceError
+
+    data = (conformance_dir("kafka-4.4-dev") / "share_txn.log").read_bytes()
+    for path in ("backups-2026-11-23/share_txn.log", "root/__share_group_state-0/"
+                 f"{0:020d}.log", f"root/orders-0/{0:020d}.log"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_bytes(data)
+    assert api.read_log(tmp_path / "backups-2026-11-23").log_records.num_rows == 84
+    with pytest.warns(UserWarning, match=r"root: not read: orders-0 \(partition directories"):
+        assert api.read_log(tmp_path / "root").log_records.num_rows == 84
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SourceError, match="no log segments"):
+        api.share_partition_states(tmp_path / "empty")
