@@ -455,11 +455,16 @@ def cmd_sql(args: argparse.Namespace) -> int:
     import tempfile
 
     from sharestate.lake import find_tables, open_lake, register_views
+    from sharestate.lake.integrity import DamagedTable, check_warehouse
     from sharestate.lake.read_only import session_settings
     from sharestate.spark.session import SettingError, build_session
 
     if not find_tables(args.warehouse):
         raise UsageError(f"no Delta tables under {args.warehouse}")
+    try:
+        check_warehouse(args.warehouse)
+    except DamagedTable as exc:
+        raise QueryError(str(exc)) from None
     if args.write and args.as_of_time is not None:
         raise UsageError("--write changes the tables as they are now: not with --as-of-time")
     try:

@@ -139,6 +139,7 @@ def run(args: argparse.Namespace, *,
         spark_factory: Callable[..., SparkSession] | None = None) -> int:
     """Run the gate with a session built from `args`; print the summary; exit status."""
     from sharestate.lake import find_tables
+    from sharestate.lake.integrity import DamagedTable, check_warehouse
     from sharestate.spark.jobs.warehouse import Warehouse, new_run_id
     from sharestate.spark.session import SettingError, build_session, resolve_conf
 
@@ -154,6 +155,10 @@ def run(args: argparse.Namespace, *,
                                    f"(tables with suites: {', '.join(known)})")
     if not find_tables(args.warehouse):
         raise QualityArgumentError(f"no Delta tables under {args.warehouse}")
+    try:
+        check_warehouse(args.warehouse)
+    except DamagedTable as exc:
+        raise QualityArgumentError(str(exc)) from None
     try:
         resolve_conf(conf, master=args.master)  # bad settings: refused before any work
     except SettingError as exc:

@@ -5,9 +5,10 @@
 
 `sharestate run` calls the same code with a local session. Exit status
 (`sharestate.exit_codes`): 0 clean, 1 the run completed with findings (decode errors, audit
-warnings or errors), 2 bad arguments, an unreadable source or a Delta backend that cannot
-run, 70 an internal error (a bug: traceback, then one line). The closing line
-`tables in <warehouse> (run <id>)` is printed only by a run that completed.
+warnings or errors), 2 bad arguments, an unreadable source, a Delta backend that cannot
+run or a damaged table (`sharestate.lake.integrity`), 70 an internal error (a bug:
+traceback, then one line). The closing line `tables in <warehouse> (run <id>)` is printed
+only by a run that completed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sharestate import arguments, exit_codes
 from sharestate.coordinator.expiry import DEFAULT_RETENTION_MINUTES
 from sharestate.coordinator.shard import KAFKA, SEMANTICS
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
+from sharestate.lake.integrity import DamagedTable, check_warehouse
 from sharestate.lake.lease import WarehouseBusy, warehouse_lease
 from sharestate.locations import URI, location
 from sharestate.log import DEFAULT_MAX_BATCH_RECORDS, ReadLimits, SourceError, discover
@@ -181,13 +183,18 @@ def _check_files(sources: Sequence[str]) -> None:
 
 
 def _check_warehouse(warehouse: str) -> None:
-    """A local warehouse must be a folder, or one that can be made, before any work."""
+    """A local warehouse must be a folder, or one that can be made, and its tables whole
+    (`sharestate.lake.integrity`), before any work."""
     if URI.match(warehouse):
         return
     path = Path(warehouse)
     existing = next(p for p in (path, *path.parents) if p.exists() or p == p.parent)
     if not existing.is_dir():
         raise ArgumentError(f"--warehouse {warehouse}: {existing} is not a directory")
+    try:
+        check_warehouse(path)
+    except DamagedTable as exc:
+        raise ArgumentError(str(exc)) from None
 
 
 def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,

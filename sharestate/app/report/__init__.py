@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 
 class ReportError(Exception):
-    """The warehouse cannot be reported on (no tables) or the page cannot be written."""
+    """The warehouse cannot be reported on (no tables, a damaged one) or the page cannot be
+    written."""
 
 
 def write_report(warehouse: str | Path, out: str | Path, *, backend: str | None = None,
@@ -34,9 +35,14 @@ def write_report(warehouse: str | Path, out: str | Path, *, backend: str | None 
     from sharestate.app.report.data import load
     from sharestate.app.report.page import render
     from sharestate.lake import find_tables
+    from sharestate.lake.integrity import DamagedTable, check_warehouse
 
     if not find_tables(warehouse):
         raise ReportError(f"no Delta tables under {warehouse}")
+    try:
+        check_warehouse(warehouse)
+    except DamagedTable as exc:
+        raise ReportError(str(exc)) from None
     if spark is None:
         from sharestate.arguments import BACKEND_CONF, VERBOSE_CONF
         from sharestate.spark.session import SettingError, build_session
