@@ -94,3 +94,25 @@ def test_the_groups_listed_are_bounded(capsys: pytest.CaptureFixture[str],
     _, _, err = _run(capsys, "state", str(tmp_path), "--group", "nope")
     [line] = [line for line in err if line.startswith("no live")]
     assert line.count("', '") == 9 and line.endswith(" and 3 more"), line
+
+
+@pytest.mark.slow
+def test_the_pipeline_says_which_logs_end_before_the_stop_point(
+        spark: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`run --as-of-offset` past a partition's end says so as `state` does, naming only the
+    partitions that end before it (from bronze's statistics)."""
+    from sharestate.spark.run import parser, run
+
+    fixtures = conformance_dir("kafka-4.4-dev")
+    for folder, fixture in (("__share_group_state-0", "share_tombstones.log"),
+                            ("__share_group_state-1", "share_txn.log"),
+                            ("__consumer_offsets-0", "consumer_offsets_txn.log")):
+        (tmp_path / "logs" / folder).mkdir(parents=True)
+        (tmp_path / "logs" / folder / f"{0:020d}.log").write_bytes(
+            (fixtures / fixture).read_bytes())
+    args = parser().parse_args(["--source", str(tmp_path / "logs"), "--warehouse",
+                                str(tmp_path / "wh"), "--as-of-offset", "60"])
+    assert run(args, ("ingest", "decode", "replay")) in (exit_codes.OK, exit_codes.FINDINGS)
+    said = [line for line in capsys.readouterr().err.splitlines() if "log ends" in line]
+    assert said == ["__share_group_state-0: the log ends at offset 44, before offset 60: the "
+                    "answer is as of its end"]

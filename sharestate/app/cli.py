@@ -17,7 +17,6 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
-from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from sharestate import arguments, exit_codes
@@ -44,7 +43,7 @@ from sharestate.records.segment import (
     record_json,
 )
 from sharestate.replay.group_log import GroupLogResult, GroupReplay
-from sharestate.replay.logs import AsOf, PartitionLog, partition_logs
+from sharestate.replay.logs import AsOf, PartitionLog, partition_logs, past_end_line
 from sharestate.replay.prune import prune_row
 from sharestate.replay.rows import offset_rows, state_row
 from sharestate.replay.share_log import ShareLogResult, ShareReplay
@@ -212,19 +211,8 @@ def _write_rows(rows: Iterable[dict[str, Any]], output: str | None) -> int:
     return written
 
 
-def _iso(millis: int) -> str:
-    """Epoch ms said back the way ISO 8601 writes it."""
-    moment = datetime.fromtimestamp(millis / 1000, UTC)
-    text = moment.isoformat(timespec="milliseconds" if millis % 1000 else "seconds")
-    return text.replace("+00:00", "Z")
-
-
 def _as_of_text(args: argparse.Namespace) -> str:
-    if args.as_of_time is not None:
-        return f"time {_iso(args.as_of_time)}"
-    if args.as_of_offset is not None:
-        return f"offset {args.as_of_offset}"
-    return "the end of the log"
+    return _as_of(args).describe()
 
 
 def _report(args: argparse.Namespace, findings: Sequence[Found], shard_findings: int) -> int:
@@ -262,28 +250,16 @@ def _replayed(replay: _R, log: PartitionLog) -> _R:
     return replay
 
 
-def _say_past_end(args: argparse.Namespace, replays: Sequence[_Replay], most: int = 3) -> None:
+def _say_past_end(args: argparse.Namespace, replays: Sequence[_Replay]) -> None:
     """On stderr, in one line: the logs that end before the stop point asked for (no record
     past it, the last one before it), and where (the answer is as of their end)."""
-    ended: list[tuple[str, str]] = []
-    for replay in replays:
-        result: ShareLogResult | GroupLogResult = replay.result
-        last, at = result.last_applied_offset, result.last_applied_timestamp
-        if replay.stopped or last is None:
-            continue
-        if args.as_of_offset is not None and args.as_of_offset > last:
-            ended.append((result.name, f"offset {last}"))
-        elif args.as_of_time is not None and at is not None and args.as_of_time > at:
-            ended.append((result.name, f"offset {last} ({_iso(at)})"))
-    if len(ended) == 1:
-        name, where = ended[0]
-        print(f"{name}: the log ends at {where}, before {_as_of_text(args)}: the answer is "
-              "as of its end", file=sys.stderr)
-    elif ended:
-        more = f" and {len(ended) - most} more" if len(ended) > most else ""
-        print(f"the logs end before {_as_of_text(args)} (the answers are as of their ends): "
-              f"{', '.join(f'{name} at {where}' for name, where in ended[:most])}{more}",
-              file=sys.stderr)
+    as_of = _as_of(args)
+    line = past_end_line(as_of, [
+        (r.result.name, r.result.last_applied_offset, r.result.last_applied_timestamp)
+        for r in replays if not r.stopped and r.result.last_applied_offset is not None
+        and as_of.beyond(r.result.last_applied_offset, r.result.last_applied_timestamp)])
+    if line is not None:
+        print(line, file=sys.stderr)
 
 
 def _replay_share(args: argparse.Namespace) -> tuple[list[ShareLogResult], int]:
@@ -487,7 +463,8 @@ def cmd_sql(args: argparse.Namespace) -> int:
         if args.as_of_time is not None:
             absent = sorted(set(find_tables(args.warehouse)) - set(registered))
             if absent:
-                print(f"not there yet at {_as_of_text(args)}: {', '.join(absent)}",
+                print(f"not there yet at {AsOf(time=args.as_of_time).describe()}: "
+                      f"{', '.join(absent)}",
                       file=sys.stderr)
         columns, rows = _run_statement(spark, args, delta_sql=open_lake(spark).backend == "jvm")
     with _output(args.output) as out:

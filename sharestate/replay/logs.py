@@ -11,7 +11,7 @@ finding of its own.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
@@ -45,8 +45,50 @@ class AsOf:
     def unbounded(self) -> bool:
         return self.offset is None and self.time is None
 
+    def describe(self) -> str:
+        """`offset N`, `time <ISO 8601>` or `the end of the log`."""
+        if self.time is not None:
+            return f"time {iso_time(self.time)}"
+        if self.offset is not None:
+            return f"offset {self.offset}"
+        return "the end of the log"
+
+    def beyond(self, offset: int, timestamp: int | None) -> bool:
+        """Whether the stop point lies beyond a log's end whose every record was applied,
+        the last (or latest) at (`offset`, `timestamp`)."""
+        return ((self.offset is not None and self.offset > offset)
+                or (self.time is not None and timestamp is not None and self.time > timestamp))
+
 
 END = AsOf()
+
+
+def iso_time(millis: int) -> str:
+    """Epoch ms as ISO 8601 (`2025-10-09T08:53:20.029Z`; whole seconds without fraction)."""
+    moment = datetime.fromtimestamp(millis / 1000, UTC)
+    text = moment.isoformat(timespec="milliseconds" if millis % 1000 else "seconds")
+    return text.replace("+00:00", "Z")
+
+
+def past_end_line(as_of: AsOf, ended: Sequence[tuple[str, int, int | None]],
+                  most: int = 3) -> str | None:
+    """One line on the logs that end before `as_of` — (name, last offset, its time) each —
+    naming `most` at most: their answers are as of their end (None when there are none)."""
+    def where(offset: int, timestamp: int | None) -> str:
+        shown = f" ({iso_time(timestamp)})" if as_of.time is not None and timestamp is not None \
+            else ""
+        return f"offset {offset}{shown}"
+
+    if len(ended) == 1:
+        name, offset, timestamp = ended[0]
+        return (f"{name}: the log ends at {where(offset, timestamp)}, before "
+                f"{as_of.describe()}: the answer is as of its end")
+    if not ended:
+        return None
+    more = f" and {len(ended) - most} more" if len(ended) > most else ""
+    return (f"the logs end before {as_of.describe()} (the answers are as of their ends): "
+            + ", ".join(f"{name} at {where(offset, timestamp)}"
+                        for name, offset, timestamp in ended[:most]) + more)
 
 
 def parse_time(text: str) -> int:

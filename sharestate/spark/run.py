@@ -288,6 +288,8 @@ def _print_report(report: RunReport) -> None:
     counts = ", ".join(f"{name} {rows}" for name, rows in report.rows.items())
     print(f"{report.job:<9} {report.seconds:6.1f}s  {counts or 'nothing new'}"
           + (f"  ({report.findings} findings)" if report.findings else ""), flush=True)
+    for note in report.notes:
+        print(note, file=sys.stderr, flush=True)
 
 
 def main(argv: Sequence[str] | None = None, jobs: Sequence[str] = JOBS) -> int:

@@ -15,6 +15,8 @@ from pyspark.sql import functions as F
 
 from sharestate.analytics.audit import rules_of
 from sharestate.lake import ActiveFile, Lake, Produce, Target, open_lake
+from sharestate.log import INTERNAL_TOPICS
+from sharestate.replay.logs import AsOf, past_end_line
 from sharestate.spark.jobs.warehouse import RunReport, Warehouse, one_task_each, table_rows
 from sharestate.tables import gold_pass, tasks
 
@@ -89,5 +91,36 @@ def replay(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
     report.findings = pc.sum(pc.and_(
         pc.is_in(audit["rule"], pa.array(RULES, pa.string())),
         pc.is_in(audit["severity"], pa.array(["warning", "error"])))).as_py() or 0
+    line = _past_end(lake, warehouse, options.as_of)
+    if line is not None:
+        report.notes.append(line)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _past_end(lake: Lake, warehouse: Warehouse, as_of: AsOf) -> str | None:
+    """The line on the internal-topic partitions whose log ends before the stop point, from
+    bronze's largest offset and time per partition (its files' statistics, else a query)."""
+    if as_of.unbounded:
+        return None
+    path = warehouse.path("log_records")
+    files = lake.active_files(path)
+    ends: dict[tuple[str, int], tuple[int, int | None]] = {}
+    if files is not None and all(f.max_values.get("offset") is not None
+                                 for f in files if f.records):
+        for f in files:
+            if f.records:
+                key = (str(f.partition_values["topic"]), int(f.partition_values["partition"]))
+                offset, at = f.max_values["offset"], f.max_values.get("timestamp")
+                known = ends.get(key, (offset, at))
+                ends[key] = (max(offset, known[0]),
+                             max((t for t in (at, known[1]) if t is not None), default=None))
+    else:
+        for row in lake.read(path).groupBy("topic", "partition").agg(
+                F.max("offset").alias("offset"), F.max("timestamp").alias("at")).collect():
+            if row["offset"] is not None:
+                ends[(row["topic"], row["partition"])] = (row["offset"], row["at"])
+    return past_end_line(as_of, [
+        (f"{topic}-{partition}" if partition >= 0 else f"{topic} (partition unknown)",
+         offset, at) for (topic, partition), (offset, at) in sorted(ends.items())
+        if topic in INTERNAL_TOPICS and as_of.beyond(offset, at)])

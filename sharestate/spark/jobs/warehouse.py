@@ -52,6 +52,8 @@ class RunReport:
     rows: dict[str, int] = field(default_factory=dict)
     findings: int = 0
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    """What the job says on stderr after its line (e.g. a stop point past the logs' end)."""
 
 
 def table_rows(path: str) -> int:
