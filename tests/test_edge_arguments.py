@@ -196,7 +196,13 @@ def test_quality_conf_without_equals(capsys: pytest.CaptureFixture[str],
 def test_quality_bad_spark_setting(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from sharestate.spark.quality_job import main as quality
 
-    (tmp_path / "t" / "_delta_log").mkdir(parents=True)  # looks like a warehouse
+    log = tmp_path / "t" / "_delta_log"  # a warehouse of one whole (empty) table
+    log.mkdir(parents=True)
+    (log / f"{0:020}.json").write_text(
+        '{"protocol":{"minReaderVersion":1,"minWriterVersion":2}}\n'
+        '{"metaData":{"id":"t","format":{"provider":"parquet","options":{}},'
+        '"schemaString":"{\\"type\\":\\"struct\\",\\"fields\\":[]}",'
+        '"partitionColumns":[],"configuration":{}}}\n')
     assert quality(["--warehouse", str(tmp_path), "--master", "bogus"]) == USAGE
     _one_line(capsys, "spark.master")
 

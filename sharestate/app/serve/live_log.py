@@ -182,6 +182,8 @@ class PartitionReplay:
         back behind what was fed mean the log itself went back (the topic was deleted and
         created again, or its log truncated; the consumer then reads it again from its log
         start): the partition's replay starts over from them."""
+        if self.failure is not None:  # the service is stopping: nothing more applies
+            return
         if isinstance(chunk, Consumed):
             if chunk.offsets[0] < self.fed:
                 self._start_over(chunk.offsets[0])
@@ -227,16 +229,20 @@ class PartitionReplay:
                ) -> None:
         self.log = LiveLog(self.topic, self.partition, dialect, self.lock, self.progress)
         replay: ShareReplay | GroupReplay
-        if self.topic == SHARE_STATE_TOPIC:
-            assert resume is None or isinstance(resume, ShareLogResult)
-            replay = self.share = ShareReplay(resume or share_state(
-                self.topic, self.partition, (dialect,), semantics=self.options.semantics,
-                snapshot_update_records_per_snapshot=(
-                    self.options.snapshot_update_records_per_snapshot)))
-        else:
-            assert resume is None or isinstance(resume, GroupLogResult)
-            replay = self.group = GroupReplay(resume or group_state(self.topic, self.partition,
-                                                                    dialect))
+        try:
+            if self.topic == SHARE_STATE_TOPIC:
+                assert resume is None or isinstance(resume, ShareLogResult)
+                replay = self.share = ShareReplay(resume or share_state(
+                    self.topic, self.partition, (dialect,), semantics=self.options.semantics,
+                    snapshot_update_records_per_snapshot=(
+                        self.options.snapshot_update_records_per_snapshot)))
+            else:
+                assert resume is None or isinstance(resume, GroupLogResult)
+                replay = self.group = GroupReplay(
+                    resume or group_state(self.topic, self.partition, dialect))
+        except Exception as exc:  # a restored state the replay cannot go on from
+            self.failure = exc
+            return
         self.thread = threading.Thread(target=self._run, args=(self.log, replay),
                                        name=f"replay-{self.log.name}", daemon=True)
         self.thread.start()
