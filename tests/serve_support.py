@@ -131,12 +131,16 @@ def eventually(check: Callable[[], bool], timeout: float = 30) -> None:
 class ServeProcess:
     """`sharestate serve` in a process of its own; its stderr collected line by line."""
 
-    def __init__(self, *args: str, memory: int | None = None) -> None:
-        """`memory`: the process's address space limit in bytes (RLIMIT_AS)."""
+    def __init__(self, *args: str, limits: dict[int, int] | None = None) -> None:
+        """`limits`: resource limits of the process (`resource.RLIMIT_*`: soft and hard)."""
+
+        def limited() -> None:
+            for which, limit in (limits or {}).items():
+                resource.setrlimit(which, (limit, limit))
+
         self.process = subprocess.Popen(
             [sys.executable, "-m", "sharestate", "serve", "--listen", "127.0.0.1:0", *args],
-            stderr=subprocess.PIPE, text=True, preexec_fn=None if memory is None else (
-                lambda: resource.setrlimit(resource.RLIMIT_AS, (memory, memory))))
+            stderr=subprocess.PIPE, text=True, preexec_fn=limited if limits else None)
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()

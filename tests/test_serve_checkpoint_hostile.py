@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import pickle
+import resource
 import shutil
 import signal
 import stat
@@ -223,7 +224,8 @@ def test_a_checkpoint_linked_to_an_endless_device_is_not_read(
     directory.mkdir(mode=0o700)
     (directory / FILE).symlink_to("/dev/zero")
     service = ServeProcess("--source", f"kafka://{served.cluster.bootstrap}",
-                           "--checkpoint-dir", str(directory), memory=2 << 30)
+                           "--checkpoint-dir", str(directory),
+                           limits={resource.RLIMIT_AS: 2 << 30})
     try:
         assert service.address is not None
         eventually(lambda: get(service.address, "/readyz")[0] == 200)  # type: ignore[arg-type]

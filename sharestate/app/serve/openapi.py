@@ -11,6 +11,8 @@ STATE_FIELDS = ("group_id", "topic_id", "partition", "state_epoch", "snapshot_ep
                 "state_partition", "dialect")
 """The fields of a `sharestate state` JSON line (`sharestate.replay.rows.state_row`)."""
 
+BUSY = {"description": "too many requests in progress: try again (after Retry-After seconds)"}
+"""What every endpoint but the probes may answer under load (`sharestate.app.serve.http`)."""
 GROUP = {"name": "group", "in": "query", "required": False,
          "description": "only this share or consumer group", "schema": {"type": "string"}}
 
@@ -25,7 +27,9 @@ def _rows(description: str, required: tuple[str, ...] = ()) -> dict[str, Any]:
 
 def _get(summary: str, ok: dict[str, Any], *, group: bool = False,
          extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    operation: dict[str, Any] = {"summary": summary, "responses": {"200": ok, **(extra or {})}}
+    """A GET operation; one without `extra` answers may also be 503 busy."""
+    operation: dict[str, Any] = {"summary": summary,
+                                 "responses": {"200": ok, **(extra or {"503": BUSY})}}
     if group:
         operation["parameters"] = [GROUP]
         operation["responses"]["400"] = {"description": "a query parameter it does not take"}
@@ -61,7 +65,8 @@ def document(version: str) -> dict[str, Any]:
                                  _rows("findings", ("kind", "message", "offset"))),
             "/metrics": {"get": {"summary": "Prometheus text exposition", "responses": {
                 "200": {"description": "metrics",
-                        "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+                        "content": {"text/plain": {"schema": {"type": "string"}}}},
+                "503": BUSY}}},
             "/openapi.json": _get("this document", status),
         },
     }

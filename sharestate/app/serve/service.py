@@ -4,10 +4,8 @@ the checkpoints and the HTTP server."""
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException
@@ -20,7 +18,7 @@ from sharestate.app.serve.checkpoint import (
     Restored,
     Settings,
 )
-from sharestate.app.serve.http import make_server
+from sharestate.app.serve.http import HttpServer, make_server
 from sharestate.app.serve.live_log import PartitionCheckpoint, ReplayOptions
 from sharestate.app.serve.state import LiveState
 from sharestate.app.serve.tailer import Tailer, watermarks
@@ -48,14 +46,12 @@ class Service:
 
     state: LiveState
     tailer: Tailer
-    server: ThreadingHTTPServer
-    thread: threading.Thread
+    server: HttpServer
     checkpointer: Checkpointer | None = None
 
     @property
     def address(self) -> tuple[str, int]:
-        host, port = self.server.server_address[:2]
-        return str(host), int(port)
+        return self.server.address
 
     def failure(self) -> str | None:
         """Why the service cannot go on, if it cannot: a partition's replay failed, or the
@@ -65,8 +61,7 @@ class Service:
     def close(self, *, checkpoint: bool = True) -> None:
         """Stop everything; write a last checkpoint unless `checkpoint` is false (after a
         failure: a restart then resumes from the last good one)."""
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
         self.tailer.stop()
         self.state.stop()
         if self.checkpointer is not None:
@@ -140,11 +135,10 @@ def _serve(options: KafkaReadOptions, listen: tuple[str, int], replay: ReplayOpt
     tailer.start()
     if checkpointer is not None:
         checkpointer.start()
-    thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
-    thread.start()
+    server.start()
     LOG.info("reading %d partitions of %s from %s", len(ranges), ", ".join(INTERNAL_TOPICS),
              options.redact(options.bootstrap_servers))
-    return Service(state, tailer, server, thread, checkpointer)
+    return Service(state, tailer, server, checkpointer)
 
 
 def _resumable(loaded: Restored | None, ranges: Mapping[Where, tuple[int, int]]
