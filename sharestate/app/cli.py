@@ -504,7 +504,7 @@ def _run_statement(spark: Any, args: argparse.Namespace, *, delta_sql: bool
 @contextmanager
 def _write_lease(args: argparse.Namespace) -> Iterator[None]:
     """Hold the warehouse lease while a statement that may write (--write) runs."""
-    from sharestate.lake.lease import WarehouseBusy, warehouse_lease
+    from sharestate.lake.lease import LeaseError, warehouse_lease
 
     with ExitStack() as held:
         if args.write:
@@ -512,7 +512,7 @@ def _write_lease(args: argparse.Namespace) -> Iterator[None]:
                 held.enter_context(warehouse_lease(
                     args.warehouse, run=f"sql-{os.getpid()}", what="sharestate sql --write",
                     wait=args.lease_wait))
-            except WarehouseBusy as exc:
+            except LeaseError as exc:
                 raise UsageError(str(exc)) from None
         yield
 

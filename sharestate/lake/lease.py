@@ -34,8 +34,10 @@ LEASE_FILE = "_lease"
 POLL_SECONDS = 0.5
 
 
-class WarehouseBusy(Exception):
-    """Another writer holds the warehouse lease (one line: who, since when)."""
+class LeaseError(Exception):
+    """The warehouse lease cannot be taken (one line): another writer holds it (who, since
+    when), or the warehouse cannot hold the lease file (read-only, full, not writable by
+    this user, no file locks)."""
 
 
 def holder(warehouse: str | Path) -> dict[str, object] | None:
@@ -61,22 +63,33 @@ def _describe(warehouse: Path) -> str:
 def warehouse_lease(warehouse: str | Path, *, run: str, what: str,
                     wait: float = 0.0) -> Iterator[None]:
     """Hold the warehouse's lease while the block runs; wait up to `wait` seconds for it,
-    then raise WarehouseBusy. `what` says what the holder does (e.g. `sharestate run`)."""
+    then raise LeaseError. `what` says what the holder does (e.g. `sharestate run`)."""
     root = Path(warehouse)
-    root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / LEASE_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(root / LEASE_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise _unwritable(root, exc) from None
     try:
         _acquire(fd, root, wait)
         record = {"run": run, "what": what, "host": socket.gethostname(), "pid": os.getpid(),
                   "since": time.time()}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(record).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(record).encode(), 0)
+        except OSError as exc:
+            raise _unwritable(root, exc) from None
         try:
             yield
         finally:
             os.ftruncate(fd, 0)  # the next holder's record, not a stale one, is read
     finally:
         os.close(fd)  # releases the lock
+
+
+def _unwritable(root: Path, exc: OSError) -> LeaseError:
+    return LeaseError(f"cannot take the warehouse lease {root / LEASE_FILE}: {exc.strerror} "
+                      "(a writer needs the warehouse writable)")
 
 
 def _acquire(fd: int, root: Path, wait: float) -> None:
@@ -89,12 +102,12 @@ def _acquire(fd: int, root: Path, wait: float) -> None:
         except BlockingIOError:
             pass
         except OSError as exc:
-            raise WarehouseBusy(f"cannot lock {root / LEASE_FILE}: {exc.strerror} (the "
-                                f"warehouse needs a file system with file locks)") from None
+            raise LeaseError(f"cannot lock {root / LEASE_FILE}: {exc.strerror} (the "
+                             f"warehouse needs a file system with file locks)") from None
         if time.monotonic() >= deadline:
             hint = (f"; waited {wait:g} s" if wait > 0 else
                     "; wait for it or pass --lease-wait SECONDS")
-            raise WarehouseBusy(_describe(root) + hint)
+            raise LeaseError(_describe(root) + hint)
         if not told:
             print(f"sharestate: {_describe(root)}; waiting up to {wait:g} s for it",
                   file=sys.stderr, flush=True)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from sharestate import arguments, exit_codes
 from sharestate.analytics.audit import rules_of
-from sharestate.lake.lease import WarehouseBusy, warehouse_lease
+from sharestate.lake.lease import LeaseError, warehouse_lease
 from sharestate.locations import location
 from sharestate.quality import ConfigError, GateResult, QualityConfig, load_config, run_gate
 from sharestate.quality.config import SEVERITIES
@@ -170,7 +170,7 @@ def run(args: argparse.Namespace, *,
                                                      master=args.master, conf=conf, ui=False)
             held.enter_context(warehouse_lease(args.warehouse, run=run_id, what="quality gate",
                                                wait=args.lease_wait))
-        except (WarehouseBusy, SettingError) as exc:
+        except (LeaseError, SettingError) as exc:
             raise QualityArgumentError(str(exc)) from None
         try:
             _report, gate = quality(spark, Warehouse(Path(args.warehouse)), run_id=run_id,

@@ -25,7 +25,7 @@ from sharestate.coordinator.expiry import DEFAULT_RETENTION_MINUTES
 from sharestate.coordinator.shard import KAFKA, SEMANTICS
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
 from sharestate.lake.integrity import DamagedTable, check_warehouse
-from sharestate.lake.lease import WarehouseBusy, warehouse_lease
+from sharestate.lake.lease import LeaseError, warehouse_lease
 from sharestate.locations import URI, location
 from sharestate.log import DEFAULT_MAX_BATCH_RECORDS, ReadLimits, SourceError, discover
 from sharestate.replay.logs import AsOf
@@ -243,7 +243,7 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
             held.enter_context(warehouse_lease(
                 warehouse.root, run=run_id, wait=args.lease_wait,
                 what=f"job{'s' if len(jobs) > 1 else ''} {', '.join(jobs)}"))
-        except (WarehouseBusy, SettingError) as exc:
+        except (LeaseError, SettingError) as exc:
             raise ArgumentError(str(exc)) from None
         kernels = None
         if {"ingest", "replay"} & set(jobs):  # the jobs whose executors do the work
