@@ -577,9 +577,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Simulate a realistic log, run the whole pipeline on it and summarise the tables."""
     from sharestate.app.demo import run_demo
 
-    for line in run_demo(args):
-        print(line, flush=True)
-    return EXIT_OK
+    return run_demo(args, lambda line: print(line, flush=True))
 
 
 def _add_demo(sub: Any) -> None:
@@ -627,11 +625,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     from sharestate.app.report import ReportError, write_report
 
     try:
-        path = write_report(args.warehouse, args.out, backend=args.backend,
-                            verbose=args.verbose)
+        written = write_report(args.warehouse, args.out, backend=args.backend,
+                               verbose=args.verbose)
     except ReportError as exc:
         raise UsageError(str(exc)) from None
-    print(f"report: {path}")
+    print(f"report: {written.path}")
     return EXIT_OK
 
 

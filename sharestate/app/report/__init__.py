@@ -17,7 +17,7 @@ latest quality-gate results). plotly.js is inlined: the page needs no network.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -28,12 +28,20 @@ class ReportError(Exception):
     written."""
 
 
+class Written(NamedTuple):
+    """A written report: its page, the header's verdicts (badge texts) and its counts."""
+
+    path: Path
+    verdicts: list[str]
+    counts: dict[str, int | None]
+
+
 def write_report(warehouse: str | Path, out: str | Path, *, backend: str | None = None,
-                 spark: SparkSession | None = None, verbose: bool = False) -> Path:
-    """Render the report of `warehouse` into `out`; return its path. A session it starts
-    itself shows Spark's console output only when `verbose`."""
+                 spark: SparkSession | None = None, verbose: bool = False) -> Written:
+    """Render the report of `warehouse` into `out`. A session it starts itself shows
+    Spark's console output only when `verbose`."""
     from sharestate.app.report.data import load
-    from sharestate.app.report.page import render
+    from sharestate.app.report.page import render, verdicts
     from sharestate.lake import find_tables
     from sharestate.lake.integrity import DamagedTable, check_warehouse
 
@@ -54,11 +62,12 @@ def write_report(warehouse: str | Path, out: str | Path, *, backend: str | None 
             spark = build_session("sharestate-report", ui=False, conf=conf)
         except SettingError as exc:
             raise ReportError(str(exc)) from None
-    page = render(load(spark, str(Path(warehouse).resolve())))
+    data = load(spark, str(Path(warehouse).resolve()))
+    page = render(data)
     target = Path(out)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(page, encoding="utf-8")
     except OSError as exc:
         raise ReportError(f"cannot write {target}: {exc.strerror}") from None
-    return target
+    return Written(target, [text for _, text in verdicts(data)], data.counts)

@@ -138,13 +138,16 @@ QUERIES: dict[str, str] = {
         ORDER BY success, suite, check""",
 }
 
+POISON_IN_FLIGHT = "poison ranges in flight"
+"""Archived at the delivery limit and still at or above the SPSO now (`redelivery.poison`);
+the history's poison records are the SQL cookbook's "Poison records"."""
 COUNTS: dict[str, str] = {
     "share-partitions": "SELECT count(*) FROM share_partition_state",
     "share groups": "SELECT count(DISTINCT group_id) FROM share_partition_state",
     "state records": "SELECT count(*) FROM share_partition_state_history",
     "offset commits": "SELECT count(*) FROM consumer_group_offsets",
     "redelivered ranges": "SELECT count(*) FROM redelivery WHERE delivery_count >= 2",
-    "poison ranges": "SELECT count(*) FROM redelivery WHERE poison",
+    POISON_IN_FLIGHT: "SELECT count(*) FROM redelivery WHERE poison",
     "decode errors": "SELECT count(*) FROM decode_errors",
 }
 

@@ -139,7 +139,10 @@ def _inputs_line(data: ReportData) -> str:
     return f"<div class=\"inputs\">inputs covered: {''.join(spans)}</div>"
 
 
-def _badges(data: ReportData) -> list[str]:
+def verdicts(data: ReportData) -> list[tuple[str, str]]:
+    """The header's badges as (colour, text): audit findings by severity, the quality gate,
+    decode errors, whether the lag is exact, missing tables (`sharestate demo` prints them
+    too)."""
     findings = data.frames["findings"]
 
     def total(severity: str) -> int:
@@ -147,38 +150,41 @@ def _badges(data: ReportData) -> list[str]:
             return 0
         return int(findings.loc[findings["severity"] == severity, "findings"].sum())
 
+    def plural(n: int, what: str) -> str:
+        return f"{n:,} {what}{'s' * (n != 1)}"
+
     errors, warnings = total("error"), total("warning")
-    badges = [_badge("red" if errors else "green",
-                     f"{errors} error finding{'s' * (errors != 1)}" if errors else "no errors"),
-              _badge("amber" if warnings else "green",
-                     f"{warnings} warning{'s' * (warnings != 1)}" if warnings
-                     else "no warnings")]
+    badges = [("red", plural(errors, "error finding")) if errors else ("green", "no errors"),
+              ("amber", plural(warnings, "warning finding")) if warnings
+              else ("green", "no warnings")]
     quality = data.frames["quality"]
     if quality.empty:
-        badges.append(_badge("grey", "quality gate not run"))
+        badges.append(("grey", "quality gate not run"))
     else:
         blocking = int(quality["blocking"].sum())
         failed = int((~quality["success"].astype(bool)).sum())
-        badges.append(_badge("red", f"quality gate failed ({blocking} blocking)") if blocking
-                      else _badge("amber" if failed else "green",
-                                  f"quality gate passed ({failed} warning)" if failed
-                                  else "quality gate passed"))
+        badges.append(("red", f"quality gate failed ({blocking} blocking)") if blocking
+                      else ("amber", f"quality gate passed ({plural(failed, 'warning')})")
+                      if failed else ("green", "quality gate passed"))
     decode = data.counts.get("decode errors")
     if decode is not None:
-        badges.append(_badge("red" if decode else "green",
-                             f"{decode:,} decode errors" if decode else "no decode errors"))
+        badges.append(("red", plural(decode, "decode error")) if decode
+                      else ("green", "no decode errors"))
     current = data.frames["current_lag"]
     if not current.empty:
         exact = int((~current["lower_bound"].astype(bool)).sum())
         groups = len(current)
-        badges.append(_badge("grey", "lag is a lower bound (no end offsets)" if not exact else
-                             "lag now exact (end offsets given), over time a lower bound"
-                             if exact == groups else
-                             f"lag now exact for {exact} of {groups} groups, else a lower "
-                             "bound"))
+        badges.append(("grey", "lag is a lower bound (no end offsets)" if not exact else
+                       "lag now exact (end offsets given), over time a lower bound"
+                       if exact == groups else
+                       f"lag now exact for {exact} of {groups} groups, else a lower bound"))
     if data.missing:
-        badges.append(_badge("grey", f"{len(data.missing)} tables missing"))
+        badges.append(("grey", f"{len(data.missing)} tables missing"))
     return badges
+
+
+def _badges(data: ReportData) -> list[str]:
+    return [_badge(color, text) for color, text in verdicts(data)]
 
 
 def _badge(color: str, text: str) -> str:
