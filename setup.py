@@ -5,7 +5,9 @@ extension is then not built and sharestate runs its pure-Python paths (same resu
 Under CI (CI=true) the extension is built whatever that variable says.
 """
 
+import hashlib
 import os
+from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -30,12 +32,24 @@ class BuildExt(build_ext):
                 f"(pure Python, same results, slower) with {PURE_PYTHON_ENV}=1.") from exc
 
 
+CSRC = Path(__file__).resolve().parent / "csrc"
+
+
+def sources_digest() -> str:
+    """SHA-256 over csrc/*.c and csrc/*.h (names and bytes): the module's `SOURCES`."""
+    digest = hashlib.sha256()
+    for path in sorted([*CSRC.glob("*.c"), *CSRC.glob("*.h")]):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
 NATIVE = Extension(
     "sharestate._native",
     sources=["csrc/module.c", "csrc/structs.c", "csrc/records.c", "csrc/batches.c",
              "csrc/resync.c", "csrc/keyvalue.c", "csrc/combine.c", "csrc/replay.c",
              "csrc/audit.c", "csrc/columns.c", "csrc/record_type.c"],
     depends=["csrc/native.h"],
+    define_macros=[("SHARESTATE_SOURCES", f'"{sources_digest()}"')],
     extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
 )
 PURE = os.environ.get(PURE_PYTHON_ENV) == "1" and not _under_ci()

@@ -146,11 +146,17 @@ static int add_layouts(PyObject *m) {
     return rc;
 }
 
+/* SOURCES: the SHA-256 of csrc/ this module was built from (setup.py passes it). */
+#ifndef SHARESTATE_SOURCES
+#error "build with setup.py: it defines SHARESTATE_SOURCES, the digest of csrc/"
+#endif
+
 PyMODINIT_FUNC PyInit__native(void) {
     if (PyType_Ready(&NativeRecordType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     if (PyModule_AddObjectRef(m, "Record", (PyObject *)&NativeRecordType) < 0
+        || PyModule_AddStringConstant(m, "SOURCES", SHARESTATE_SOURCES) < 0
         || add_layouts(m) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -27,6 +27,9 @@ FIELDS: dict[str, tuple[str, ...]]
 """The field order C assumes for each tuple it reads or builds, by NamedTuple name."""
 KINDS: tuple[str, ...]
 """The wire kinds of `compile`'s programs, by number (`sharestate.records.spec.Kind`)."""
+SOURCES: str
+"""SHA-256 (hex) of the csrc/ files this module was built from (`setup.sources_digest`):
+part of the core's fingerprint (`sharestate.replay.snapshot.fingerprint`)."""
 
 @final
 class Record:

@@ -13,7 +13,7 @@ LegacyOffsetCommit (record type 0 since Kafka 4.1) replays as an ordinary offset
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -127,6 +127,17 @@ class GroupOffsets:
         self._pending: dict[int, dict[OffsetKey, CommittedOffset]] = {}
         self._open: dict[OffsetKey, set[int]] = {}
         self._slots: dict[int, _CommitSlots] = {}
+
+    def load(self, committed: Iterable[tuple[OffsetKey, CommittedOffset]],
+             pending: Mapping[int, Mapping[OffsetKey, CommittedOffset]]) -> None:
+        """Hold what `committed()` and `pending()` of another instance gave (this one holding
+        nothing yet): it replays on exactly as that one would."""
+        for (group, topic, partition), commit in committed:
+            self._committed.setdefault(group, {})[(topic, partition)] = commit
+        for producer_id, commits in pending.items():
+            self._pending[producer_id] = dict(commits)
+            for okey in commits:
+                self._open.setdefault(okey, set()).add(producer_id)
 
     # -- replay -----------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ class GroupCoordinatorReplay:
     """Committed offsets and groups of one `__consumer_offsets` partition."""
 
     def __init__(self, dialect: Dialect, listener: OffsetListener | None = None) -> None:
+        self.dialect = dialect
         self.offsets = GroupOffsets(dialect, listener)
         self.groups = GroupMetadata(dialect)
         self.skipped: list[tuple[int, RecordError]] = []

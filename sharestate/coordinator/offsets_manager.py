@@ -29,6 +29,14 @@ class OffsetsManager:
         self.raw = LONG_MAX
         """The internal value, Long.MAX_VALUE until the first type-0 record."""
 
+    @classmethod
+    def restored(cls, offsets: dict[Hashable, int], raw: int) -> OffsetsManager:
+        """A manager holding `offsets` (what `tracked()` gave) and internal value `raw`."""
+        manager = cls()
+        manager._offsets = offsets
+        manager.raw = raw
+        return manager
+
     def update_state(self, key: Hashable, offset: int, is_delete: bool) -> None:
         """Record a type-0 record (`is_delete` for a tombstone) at `offset` for `key`."""
         offsets = self._offsets

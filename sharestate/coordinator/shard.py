@@ -34,8 +34,8 @@ Transaction semantics, chosen per shard:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator
-from typing import Final, NamedTuple
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from typing import Final, NamedTuple, cast
 
 from sharestate.coordinator.combiner import COMBINERS, SWEEP
 from sharestate.coordinator.offsets_manager import OffsetsManager
@@ -65,11 +65,24 @@ SEMANTICS: Final = (KAFKA, TRANSACTIONAL_ACKS)
 NO_PRODUCER_ID: Final = -1
 
 
-class _Pending(NamedTuple):
+class PendingRecord(NamedTuple):
+    """A record of an open transaction (`transactional-acks`), waiting for its marker."""
+
     offset: int
     type_id: int
     key: ShareKey
     value: ShareValue | None
+
+
+class KeyEntry(NamedTuple):
+    """Everything the shard holds for one key (None: not in that map)."""
+
+    key: ShareKey
+    state: SharePartitionState | None
+    leader_epoch: int | None
+    state_epoch: int | None
+    snapshot_update_count: int | None
+    last_snapshot_offset: int | None
 
 
 class NativeContext(NamedTuple):
@@ -111,9 +124,36 @@ class ShareShard:
         self._state_epochs: dict[ShareKey, int] = {}
         self._counts: dict[ShareKey, int] = {}
         self._offsets = OffsetsManager()
-        self._pending: dict[int, list[_Pending]] | None = (
+        self._pending: dict[int, list[PendingRecord]] | None = (
             {} if semantics == TRANSACTIONAL_ACKS else None)
         self.findings: list[ShardFinding] = []
+
+    @classmethod
+    def restored(cls, rules: ShareRules, semantics: str, entries: Iterable[KeyEntry],
+                 last_redundant_offset_raw: int, pending: Iterable[tuple[int, PendingRecord]],
+                 findings: Iterable[ShardFinding]) -> ShareShard:
+        """A shard holding what `entries()`, `last_redundant_offset_raw`, `pending_records()`
+        and `findings` of another one held: it replays on exactly as that one would."""
+        shard = cls(rules, semantics)
+        offsets: dict[Hashable, int] = {}
+        for key, state, leader_epoch, state_epoch, count, snapshot_offset in entries:
+            if state is not None:
+                shard._states[key] = state
+            if leader_epoch is not None:
+                shard._leader_epochs[key] = leader_epoch
+            if state_epoch is not None:
+                shard._state_epochs[key] = state_epoch
+            if count is not None:
+                shard._counts[key] = count
+            if snapshot_offset is not None:
+                offsets[key] = snapshot_offset
+        shard._offsets = OffsetsManager.restored(offsets, last_redundant_offset_raw)
+        for producer_id, record in pending:
+            if shard._pending is None:
+                raise ValueError(f"pending records under the {semantics} semantics")
+            shard._pending.setdefault(producer_id, []).append(record)
+        shard.findings.extend(findings)
+        return shard
 
     # -- replay -------------------------------------------------------------------------
 
@@ -133,7 +173,7 @@ class ShareShard:
             raise ValueError(f"offset {offset}: record of type {type_id} without a key")
         if transactional and self._pending is not None:
             self._pending.setdefault(producer_id, []).append(
-                _Pending(offset, type_id, key, value))
+                PendingRecord(offset, type_id, key, value))
             return
         if value is None:
             if type_id == SNAPSHOT_TYPE:
@@ -315,6 +355,26 @@ class ShareShard:
     def __iter__(self) -> Iterator[ShareKey]:
         """The live keys (those with state), in the order they gained their state."""
         return iter(self._states)
+
+    def entries(self) -> Iterator[KeyEntry]:
+        """Every key the shard holds anything for, with all of it: the live keys in the
+        order they gained their state, then any other (none, as the rules go)."""
+        keys = list(self._states)
+        for held in (self._leader_epochs, self._state_epochs, self._counts,
+                     self._offsets.tracked()):
+            keys.extend(cast(ShareKey, k) for k in held
+                        if k not in self._states and k not in keys)
+        for key in keys:
+            yield KeyEntry(key, self._states.get(key), self._leader_epochs.get(key),
+                           self._state_epochs.get(key), self._counts.get(key),
+                           self._offsets.snapshot_offset(key))
+
+    def pending_records(self) -> Iterator[tuple[int, PendingRecord]]:
+        """(producer id, record) of every record awaiting a marker, by producer in the
+        order they opened, then in log order (`transactional-acks` only)."""
+        for producer_id, records in (self._pending or {}).items():
+            for record in records:
+                yield producer_id, record
 
     def pending_producers(self) -> tuple[int, ...]:
         """Producer ids with records awaiting a marker (`transactional-acks` only)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sharestate.coordinator.group_offsets import OffsetListener
 from sharestate.coordinator.group_replay import GroupCoordinatorReplay
@@ -15,6 +16,9 @@ from sharestate.log import ControlRecord, LogFinding
 from sharestate.records.catalog import dialect
 from sharestate.records.segment import DecodedBatch, LogItem, QuietRun
 from sharestate.replay.logs import END, AsOf, LogSource
+
+if TYPE_CHECKING:
+    from sharestate.replay.snapshot import Snapshot
 
 Observer = Callable[[DecodedBatch | LogFinding], None]
 """Sees each batch (or batch-level finding) before its records apply; not a batch whose
@@ -82,6 +86,26 @@ class GroupReplay:
         decoded under the log's last dialect."""
         return cls(group_state(log.topic, log.partition, log.dialects[-1], name=log.name,
                                listener=listener), as_of=as_of, observe=observe)
+
+    def snapshot(self) -> Snapshot:
+        """The whole state as versioned Arrow tables (`sharestate.replay.snapshot`)."""
+        from sharestate.replay.group_snapshot import group_snapshot  # pyarrow: only here
+
+        return group_snapshot(self.result, self.stopped)
+
+    @classmethod
+    def restore(cls, snapshot: Snapshot, *, as_of: AsOf = END,
+                listener: OffsetListener | None = None, observe: Observer | None = None
+                ) -> GroupReplay:
+        """The replay a snapshot was taken of, to be fed the log's items after it (its offset
+        events from then on going to `listener`): it goes on to exactly the state of a
+        replay never interrupted."""
+        from sharestate.replay.group_snapshot import restore_group
+
+        result, stopped = restore_group(snapshot, listener)
+        replay = cls(result, as_of=as_of, observe=observe)
+        replay.stopped = stopped
+        return replay
 
     def apply(self, item: LogItem) -> None:
         """Apply the next item of the log."""

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from operator import attrgetter, sub
+from typing import TYPE_CHECKING
 
 from sharestate import native
 from sharestate.coordinator.shard import KAFKA, ShareShard
@@ -35,6 +36,9 @@ from sharestate.records.catalog import SHARE_STATE_TOPIC, dialect, dialect_names
 from sharestate.records.segment import Decoded, DecodedBatch, LogItem, QuietRun
 from sharestate.replay.logs import END, AsOf, LogSource
 from sharestate.replay.prune import PruneLedger
+
+if TYPE_CHECKING:
+    from sharestate.replay.snapshot import Snapshot
 
 HistoryEntry = tuple[int, int, ShareKey, SharePartitionState | None, int | None, int | None,
                      int | None, int | None]
@@ -157,6 +161,24 @@ class ShareReplay:
                                snapshot_update_records_per_snapshot=(
                                    snapshot_update_records_per_snapshot)),
                    as_of=as_of, collect_history=collect_history, observe=observe)
+
+    def snapshot(self) -> Snapshot:
+        """The whole state as versioned Arrow tables (`sharestate.replay.snapshot`)."""
+        from sharestate.replay.share_snapshot import share_snapshot  # pyarrow: only here
+
+        return share_snapshot(self.result, self.stopped)
+
+    @classmethod
+    def restore(cls, snapshot: Snapshot, *, as_of: AsOf = END, collect_history: bool = False,
+                observe: Observer | None = None) -> ShareReplay:
+        """The replay a snapshot was taken of, to be fed the log's items after it: it goes on
+        to exactly the state of a replay never interrupted."""
+        from sharestate.replay.share_snapshot import restore_share
+
+        result, stopped = restore_share(snapshot)
+        replay = cls(result, as_of=as_of, collect_history=collect_history, observe=observe)
+        replay.stopped = stopped
+        return replay
 
     def apply(self, item: LogItem) -> list[HistoryEntry]:
         """Apply the next item of the log; the history entries of its data records (empty
