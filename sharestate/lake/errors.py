@@ -1,7 +1,10 @@
-"""Spark's and Delta's errors as one line each: what `sharestate sql` and the jobs print."""
+"""Spark's and Delta's errors as one line each: what `sharestate sql` and the jobs print, and
+which of them is a full file system."""
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 from typing import Any
 
@@ -49,3 +52,23 @@ def spark_error_line(exc: BaseException) -> str:
     text = message.strip().split("\n\n", 1)[0].split(";\n", 1)[0]
     first = " ".join(text.split())
     return first if _CONDITION.match(first) else f"[{error_class}] {first}".strip()
+
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def out_of_space(exc: BaseException) -> bool:
+    """Whether `exc` (or an error it was raised from or over) is a write that found its file
+    system full or a quota used up: an OSError, or an error of Spark, a Python worker or
+    delta-rs whose message carries the system's words for it."""
+    words = [os.strerror(number) for number in _NO_SPACE]
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in _NO_SPACE:
+            return True
+        if any(word in str(error) for word in words):
+            return True
+        error = error.__cause__ or error.__context__
+    return False

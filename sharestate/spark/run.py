@@ -14,9 +14,11 @@ only by a run that completed.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
-from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -24,6 +26,7 @@ from sharestate import arguments, exit_codes
 from sharestate.coordinator.expiry import DEFAULT_RETENTION_MINUTES
 from sharestate.coordinator.shard import KAFKA, SEMANTICS
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
+from sharestate.lake.errors import out_of_space
 from sharestate.lake.integrity import DamagedTable, check_warehouse
 from sharestate.lake.lease import LeaseError, warehouse_lease
 from sharestate.locations import URI, location
@@ -38,6 +41,8 @@ if TYPE_CHECKING:
     from sharestate.spark.jobs.warehouse import RunReport
 
 JOBS = ("ingest", "decode", "replay", "analytics")
+FULL_BYTES = 64 << 20
+"""A warehouse file system with less free space than this is called the full one."""
 QUALITY = "quality"
 """The data-quality gate: not in JOBS; run it as `run(args, (*JOBS, QUALITY))`,
 `pipelines/quality.py` or `sharestate quality`."""
@@ -235,6 +240,7 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
     reports: list[RunReport] = []
     printed = 0
     with ExitStack() as held:
+        held.enter_context(_full_file_system_named(warehouse.root))
         try:
             # the session first: a backend that cannot run is refused before the lease
             # creates anything in the warehouse
@@ -282,6 +288,29 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
                 printed = len(reports)
     print(f"tables in {warehouse.root.resolve()} (run {run_id})")
     return exit_codes.FINDINGS if any(r.findings for r in reports) else exit_codes.OK
+
+
+@contextmanager
+def _full_file_system_named(warehouse: Path) -> Iterator[None]:
+    """A write that found its file system full ends the run with one line saying which one
+    is full (ArgumentError, exit 2). Every table write is one Delta commit, so the tables
+    hold only whole commits, and a run started again after space is freed completes the
+    work (ingest replaces what it wrote for a segment it had not recorded as read)."""
+    try:
+        yield
+    except Exception as exc:
+        if not out_of_space(exc):
+            raise
+        made = next(p for p in (warehouse, *warehouse.parents) if p.exists())
+        free = shutil.disk_usage(made).free
+        where = (f"the warehouse's file system ({warehouse}) is full ({free >> 10} KiB free)"
+                 if free < FULL_BYTES else
+                 f"a file system the run writes to is full (the warehouse's has {free >> 20} "
+                 f"MiB free: Spark's local directories? spark.local.dir, default "
+                 f"{tempfile.gettempdir()})")
+        raise ArgumentError(f"no space left on device: {where}; the tables hold only whole "
+                            "commits: free space and run again, and the re-run completes the "
+                            "work") from None
 
 
 def _print_report(report: RunReport) -> None:
