@@ -6,6 +6,9 @@ time limit, so that a reader that cannot finish is reported as such):
 - zeros: a batch, then a zero tail (a preallocated or zero-filled segment end), a batch;
 - ones: a batch, 0x01 bytes (every position looks like a magic 1 entry), a batch;
 - random: a batch, random bytes, a batch;
+- fakes: a batch, one fake batch header repeated (every copy passes the cheap header
+  checks and declares half the filler's length, so that checking each copy's CRC over
+  its length would be quadratic), a batch;
 - flipped: Kafka's 250,000-record segment with 3 bytes flipped -- resync through real
   record bytes after each damaged batch;
 - flipped_gz: the same segment's `.log.gz` with 3 compressed bytes flipped, read as a
@@ -25,6 +28,7 @@ import io
 import json
 import os
 import random
+import struct
 import subprocess
 import sys
 import tempfile
@@ -33,7 +37,7 @@ from pathlib import Path
 
 from common import fixture_dir, large_segment
 
-CASES = ("zeros", "ones", "random", "flipped", "flipped_gz")
+CASES = ("zeros", "ones", "random", "fakes", "flipped", "flipped_gz")
 FLIPS = 3
 
 
@@ -59,6 +63,10 @@ def _stream(case: str, mib: int, seed: int) -> bytes:
         filler = b"\x01" * size
     elif case == "random":
         filler = random.Random(seed).randbytes(size)
+    elif case == "fakes":
+        fake = struct.pack(">qiibIhiqqqhii", 0, size // 2, 0, 2, 0x12345678, 1, 0, 0, 0, -1,
+                           -1, -1, 1) + b"\x1f\x8b"  # gzip, and the payload's magic
+        filler = fake * (size // len(fake))
     else:
         return _flipped(large_segment(), seed)
     return _batch(0) + filler + _batch(1)

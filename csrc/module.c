@@ -67,6 +67,10 @@ static PyMethodDef methods[] = {
      "next_candidate($module, buf, off, stop, eof, max_batch, /)\n--\n\n"
      "The first position passing the resync header checks (or -1 - where they stopped); "
      "twin: sharestate.log.resync.next_candidate_py."},
+    {"crc_shift", (PyCFunction)(void (*)(void))native_crc_shift, METH_FASTCALL,
+     "crc_shift($module, crc, length, castagnoli, /)\n--\n\n"
+     "x^(8 * length) * crc modulo CRC-32C's polynomial (castagnoli) or CRC-32's; "
+     "twin: sharestate.log.checksums.crc_shift_py."},
     {"decode_key_values", (PyCFunction)(void (*)(void))native_decode_key_values, METH_FASTCALL,
      "decode_key_values($module, records, table, fallback, /)\n--\n\n"
      "A KeyValue per record; twin: sharestate.records.keyvalue.decode_key_value."},

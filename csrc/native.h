@@ -159,6 +159,7 @@ int native_parse_into(PyObject *records, const unsigned char *buf, Py_ssize_t le
                       PyObject **error);
 PyObject *native_scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_next_candidate(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *native_crc_shift(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_decode_key_values(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_combine(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_share_apply(PyObject *self, PyObject *const *args, Py_ssize_t nargs);

@@ -1,9 +1,13 @@
-/* Native twin of sharestate/log/resync.py: the cheap header checks of resynchronisation.
+/* Native twin of sharestate/log/resync.py: the cheap header checks of resynchronisation,
+ * and of sharestate/log/checksums.py's crc_shift, which keeps its CRCs linear.
  *
  * next_candidate(buf, off, stop, eof, max_batch) -> p >= 0: the first position in
  * [off, stop) whose header passes every check; -1 - p: none before p, where p is stop or
  * the first position whose checks need bytes past the end of buf (eof false). The checks
  * are those of resync.check_at, byte for byte.
+ *
+ * crc_shift(crc, length, castagnoli) -> x^(8 * length) * crc modulo CRC-32C's polynomial
+ * (castagnoli) or CRC-32's, as checksums.crc_shift_py computes it.
  */
 #include "native.h"
 
@@ -129,4 +133,50 @@ PyObject *native_next_candidate(PyObject *self, PyObject *const *args, Py_ssize_
     }
     PyBuffer_Release(&view);
     return PyLong_FromSsize_t(result);
+}
+
+/* a * b modulo the (reflected) polynomial: zlib's multmodp. */
+static uint32_t multiply(uint32_t a, uint32_t b, uint32_t poly) {
+    uint32_t m = (uint32_t)1 << 31, product = 0;
+    for (;;) {
+        if (a & m) {
+            product ^= b;
+            if ((a & (m - 1)) == 0) return product;
+        }
+        m >>= 1;
+        b = (b & 1) ? (b >> 1) ^ poly : b >> 1;
+    }
+}
+
+static uint32_t powers[2][64]; /* x^(2^k) modulo CRC-32's and CRC-32C's polynomials */
+static int powers_ready = 0;
+
+PyObject *native_crc_shift(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "crc_shift takes 3 arguments");
+        return NULL;
+    }
+    unsigned long long crc = PyLong_AsUnsignedLongLong(args[0]);
+    unsigned long long length = PyLong_AsUnsignedLongLong(args[1]);
+    int castagnoli = PyObject_IsTrue(args[2]);
+    if (PyErr_Occurred() || castagnoli < 0) return NULL;
+    if (crc > 0xFFFFFFFFull) {
+        PyErr_SetString(PyExc_OverflowError, "crc_shift: crc is not 32 bits");
+        return NULL;
+    }
+    static const uint32_t polys[2] = {0xEDB88320u, 0x82F63B78u};
+    if (!powers_ready) {
+        for (int which = 0; which < 2; which++) {
+            powers[which][0] = (uint32_t)1 << 30; /* x^1 */
+            for (int k = 1; k < 64; k++)
+                powers[which][k] = multiply(powers[which][k - 1], powers[which][k - 1],
+                                            polys[which]);
+        }
+        powers_ready = 1;
+    }
+    uint32_t poly = polys[castagnoli], factor = (uint32_t)1 << 31; /* x^0 */
+    for (int k = 3; length && k < 64; length >>= 1, k++)
+        if (length & 1) factor = multiply(powers[castagnoli][k], factor, poly);
+    return PyLong_FromUnsignedLong(multiply(factor, (uint32_t)crc, poly));
 }

@@ -75,6 +75,10 @@ def next_candidate(buf: Buffer, off: int, stop: int, eof: bool, max_batch: int, 
     """The first position of `buf[off:stop]` passing the resync header checks, or -1 - the
     position where they stopped; twin: `sharestate.log.resync.next_candidate_py`."""
 
+def crc_shift(crc: int, length: int, castagnoli: bool, /) -> int:
+    """x^(8 * length) * crc modulo CRC-32C's polynomial (`castagnoli`) or CRC-32's; twin:
+    `sharestate.log.checksums.crc_shift_py`."""
+
 def decode_key_values(records: list[RawRecord], table: dict[int, KindPrograms],
                       fallback: Callable[[bytes | None, bytes | None], KeyValue],
                       /) -> list[KeyValue]:

@@ -112,3 +112,10 @@ def null_record_batch(offset: int, count: int) -> bytes:
     out = bytearray(header + payload)
     fix_crc(out, 0)
     return bytes(out)
+
+
+def fake_header(length: int) -> bytes:
+    """A v2 batch header (and the first bytes of a gzip payload) passing every cheap check
+    of resynchronisation, declaring `length` and a CRC that matches nothing."""
+    return struct.pack(">qiibIhiqqqhii", 0, length, 0, 2, 0x12345678, 1, 0, 1_700_000_000_000,
+                       1_700_000_000_000, -1, -1, -1, 1) + b"\x1f\x8b"

@@ -9,6 +9,7 @@ import random
 import struct
 import subprocess
 import sys
+import time
 import tracemalloc
 import zlib
 from pathlib import Path
@@ -17,10 +18,11 @@ from typing import Any
 import pytest
 from conftest import conformance_dir
 from crc32c import crc32c
-from damage import null_record_batch
+from damage import fake_header, null_record_batch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sharestate import native
 from sharestate.log import (
     Batch,
     LogFinding,
@@ -474,3 +476,26 @@ def test_a_zero_tail_is_one_finding() -> None:
     [finding] = findings(items)
     assert (finding.position, finding.raw_length) == (len(data), 4 << 20)
     assert "no valid batch follows" in finding.message
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("pure", "mib"), [(False, 16), (True, 4)], ids=["native", "pure"])
+def test_repeated_fake_headers_cost_linear_work(pure: bool, mib: int,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """One fake header repeated over `mib` MiB, twice: every copy passes the cheap checks
+    and declares `mib` MiB, so checking each copy's CRC over its length would cost
+    `mib` MiB times a copy every 63 bytes. The CRCs come from running checkpoints
+    instead, and an intact batch among the copies is still found."""
+    if pure:
+        monkeypatch.setattr(native, "module", None)
+    fakes = fake_header(mib << 20) * ((mib << 20) // 63)
+    intact = build_batch([RawRecord(7, 1_700_000_000_000, -1, b"k", b"v", ())])
+    data = fakes + intact + fakes
+    started = time.process_time()
+    items = read_all(data)
+    assert time.process_time() - started < 20
+    assert records(items) == [(7, b"k", b"v")]
+    assert batches(items)[-1].header.position == len(fakes)
+    covered = sum(i.raw_length if isinstance(i, LogFinding) else i.header.size_in_bytes
+                  for i in items)
+    assert covered == len(data)  # every byte is a batch or in a finding

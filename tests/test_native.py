@@ -27,6 +27,7 @@ from sharestate.coordinator.share_state import (
     ValueSlots,
 )
 from sharestate.log import Batch, RawRecord, discover, read_batches
+from sharestate.log.checksums import crc_shift_py
 from sharestate.log.records_v2 import parse_records, parse_records_py
 from sharestate.log.resync import check_at, next_candidate, next_candidate_py
 from sharestate.records import catalog
@@ -244,6 +245,16 @@ def test_vectorised_checks_agree_with_the_byte_by_byte_check() -> None:
                 got.append(at)
                 off = at + 1
             assert got == want[:len(got)] and (got == want or not eof)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(crc=st.integers(0, (1 << 32) - 1),
+       length=st.one_of(st.integers(0, 300), st.integers(0, 1 << 40),
+                       st.integers(0, (1 << 64) - 1)),
+       castagnoli=st.booleans())
+def test_native_crc_shift_matches_python(crc: int, length: int, castagnoli: bool) -> None:
+    assert native.module.crc_shift(crc, length, castagnoli) == crc_shift_py(crc, length,
+                                                                            castagnoli)
 
 
 def test_native_key_value_decoding_matches_python(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -47,6 +47,7 @@ from sharestate.log.batch import (
     LogFinding,
     RawRecord,
 )
+from sharestate.log.checksums import running_crc32, running_crc32c
 from sharestate.log.compression import DEFAULT_MAX_INFLATED_BYTES, DecompressionError, decompress
 from sharestate.log.legacy import parse_legacy
 from sharestate.log.records_v2 import parse_records, wrap64
@@ -137,6 +138,8 @@ class _Scanner:
         self.base = start  # stream position of buf[0]
         self.eof = False
         self.read_error: tuple[str, str] | None = None  # finding kind, message
+        self.crc32c = running_crc32c()  # the CRCs of resynchronisation's candidates
+        self.crc32 = running_crc32()
 
     # -- the window ------------------------------------------------------------------
 
@@ -180,6 +183,8 @@ class _Scanner:
             return True
         if self.eof:
             return False
+        # what the candidates' CRC checkpoints need is kept too (at most a few KiB more)
+        keep = max(self.base, min(keep, self.crc32c.keep_from(keep), self.crc32.keep_from(keep)))
         parts = [self.buf[keep - self.base:]]
         have = have_end - keep
         need = end - keep
@@ -356,12 +361,12 @@ class _Scanner:
                 return False
         if not self._fill(pos, end):
             return False
-        view = memoryview(self.buf)
         off = pos - self.base
-        stop = end - self.base
-        if magic == 2:
-            return bool(_CRC.unpack_from(view, off + 17)[0] == crc32c(view[off + 21:stop]))
-        return bool(_CRC.unpack_from(view, off + 12)[0] == zlib.crc32(view[off + 16:stop]))
+        if magic == 2:  # from checkpoints: candidates' ranges overlap (see `checksums`)
+            return bool(_CRC.unpack_from(self.buf, off + 17)[0]
+                        == self.crc32c.of_range(self.buf, self.base, pos + 21, end))
+        return bool(_CRC.unpack_from(self.buf, off + 12)[0]
+                    == self.crc32.of_range(self.buf, self.base, pos + 16, end))
 
     # -- magic 2 ---------------------------------------------------------------------
 

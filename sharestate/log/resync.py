@@ -43,6 +43,8 @@ LEGACY_KEY_AT = (18, 26)
 """Where the key length of a magic 0 / magic 1 message is, from the entry's start."""
 MIN_RECORD_BYTES = 7
 _BLOCK = 1 << 16  # positions checked per vectorised step
+_ONE_BY_ONE = 64  # positions checked one by one before the vectorised steps
+_FIRST_BLOCK = 1 << 10  # positions checked in the first vectorised step
 _MIN_BY_MAGIC = np.array([*MIN_LENGTH, 1 << 40])  # magic 3 and above: no length will do
 PAYLOAD_MAGIC = {1: b"\x1f\x8b", 3: b"\x04\x22\x4d\x18", 4: b"\x28\xb5\x2f\xfd"}
 """How a gzip, lz4 (frame) and zstd payload begins."""
@@ -145,17 +147,24 @@ def _check_v2(buf: bytes, i: int, n: int, more: int, length: int) -> int:
 def next_candidate_py(buf: bytes, off: int, stop: int, eof: bool, max_batch: int
                       ) -> tuple[bool, int]:
     """`next_candidate` without the C extension: positions with a whole `V2_WINDOW` in
-    `buf` are checked with numpy, block by block; the last few one by one."""
+    `buf` are checked with numpy, block by block, except the first few and the last few,
+    checked one by one (so that a candidate close by costs little)."""
     stop = min(stop, len(buf))
     whole = min(stop, len(buf) - V2_WINDOW + 1)
+    for i in range(off, min(whole, off + _ONE_BY_ONE)):
+        verdict = check_at(buf, i, eof, max_batch)
+        if verdict:
+            return verdict == 1, i
     data = np.frombuffer(buf, dtype=np.uint8)
-    start = off
+    start = max(off, min(whole, off + _ONE_BY_ONE))
+    block = _FIRST_BLOCK
     while start < whole:
-        end = min(whole, start + _BLOCK)
+        end = min(whole, start + block)
         hits = _candidates(data, start, end, max_batch, eof)
         if hits.size:
             return True, int(hits[0])
         start = end
+        block = min(2 * block, _BLOCK)
     for i in range(max(start, off), stop):
         verdict = check_at(buf, i, eof, max_batch)
         if verdict:
