@@ -4,6 +4,7 @@ notice, Hadoop's native-library warning, progress bars) unless `--verbose` asks 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,12 +16,13 @@ from sharestate.simulate import SimulationConfig, simulate
 pytestmark = pytest.mark.slow
 
 SPARK_BANNER = ("Using Spark's default log4j profile", "WARNING: Using incubator modules",
-                "To adjust logging level", "NativeCodeLoader", "[Stage ")
+                "To adjust logging level", "NativeCodeLoader", "[Stage ", "Picked up ")
 
 
-def _sharestate(*argv: str) -> subprocess.CompletedProcess[str]:
+def _sharestate(*argv: str, env: dict[str, str] | None = None
+                ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "sharestate", *argv], capture_output=True,
-                          text=True, timeout=900)
+                          text=True, timeout=900, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +47,11 @@ def test_run_prints_its_phases_and_nothing_of_sparks(warehouse: Path) -> None:
 
 
 def test_verbose_keeps_sparks_own_output(warehouse: Path, tmp_path: Path) -> None:
+    # options from the environment, which the JVMs echo (Picked up JAVA_TOOL_OPTIONS: ...)
+    options = {**os.environ, "JAVA_TOOL_OPTIONS": "-Dsharestate.test=1",
+               "_JAVA_OPTIONS": "-Dsharestate.test=2"}
     quiet = _sharestate("report", "--warehouse", str(warehouse), "--out",
-                        str(tmp_path / "quiet.html"))
+                        str(tmp_path / "quiet.html"), env=options)
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr[-3000:]
     loud = _sharestate("report", "--warehouse", str(warehouse), "--out",
                        str(tmp_path / "loud.html"), "--verbose")

@@ -10,11 +10,12 @@ A JVM that `build_session` starts itself is quiet unless `spark.sharestate.verbo
 true (`--verbose`): it logs with `log4j2.properties` beside this module (Spark's layout at
 WARN, without Spark's start-up banner and two notices no one can act on), draws no stage
 progress bars and serves no web UI (unless the settings say otherwise), and its stderr
-passes through a filter that drops the JDK's one-line notice that Spark's launcher loaded
-an incubator module. Everything else the JVM and its Python workers write to stderr
-(warnings, errors, tracebacks) still comes through. Verbose, the JVM keeps Spark's own
-defaults and writes to stderr directly. A JVM started by spark-submit is the caller's: its
-logging is left as launched.
+passes through a filter that drops the JDK's one-line notices that Spark's launcher loaded
+an incubator module and that options came from JAVA_TOOL_OPTIONS or _JAVA_OPTIONS.
+Everything else the JVM and its Python workers write to stderr (warnings, errors,
+tracebacks) still comes through. Verbose, the JVM keeps Spark's own defaults and writes to
+stderr directly. A JVM started by spark-submit is the caller's: its logging is left as
+launched.
 """
 
 from __future__ import annotations
@@ -33,9 +34,12 @@ LOG4J_PROPERTIES = Path(__file__).with_name("log4j2.properties")
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 # Spark's web UI too: a second Spark on the machine makes it warn that port 4040 is taken.
 QUIET: Mapping[str, str] = {"spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "false"}
-# What the JVM writes before any logger exists: the JDK's notice that Spark's launcher
-# added jdk.incubator.vector (--add-modules), printed on every start.
-DROPPED_LINES = (b"WARNING: Using incubator modules: ",)
+# What the JVMs (Spark's launcher's, then Spark's) write before any logger exists: the JDK's
+# notice that Spark's launcher added jdk.incubator.vector (--add-modules), printed on every
+# start, and its echo of the options taken from the environment (JAVA_TOOL_OPTIONS, set
+# machine-wide on some hosts, and _JAVA_OPTIONS).
+DROPPED_LINES = (b"WARNING: Using incubator modules: ", b"Picked up JAVA_TOOL_OPTIONS: ",
+                 b"Picked up _JAVA_OPTIONS: ")
 
 
 def phase(text: str) -> None:
