@@ -51,6 +51,7 @@ INTERVAL = ("2025-10-09T23:00:00+00:00", "2025-10-10T00:00:00+00:00")
 """The hourly data interval Airflow infers for a run at LOGICAL_DATE."""
 RUN_ID = "airflow-20251009T230000Z-20251010T000000Z"
 CONN_ID = "sharestate_spark_local"
+URL_SECRET = "s3cret-in-a-dag-url"
 
 
 def _airflow_missing() -> str | None:
@@ -218,6 +219,11 @@ def probe(out: Path) -> None:
         except Exception as exc:
             relative[f"{task_id} {conf}"] = [type(exc).__name__, str(exc)]
     result["relative_paths"] = relative
+    try:
+        rendered("ingest", {"source": f"/kafka/logs kafka://sharestate:{URL_SECRET}@b1:9092"})
+        result["userinfo"] = None
+    except Exception as exc:
+        result["userinfo"] = [type(exc).__name__, str(exc)]
 
     outcomes: dict[str, Any] = {}
     argv_file = out.with_suffix(".argv")
@@ -376,6 +382,15 @@ def test_a_relative_path_setting_fails_without_retry(probed: dict[str, Any]) -> 
                             "'kafka://b1:9092 /kafka/logs'}"]
     assert kind == "rendered"
     assert lines(fields["application_args"])[:1] == ["--warehouse=s3://lake/wh"]
+
+
+@needs_airflow
+def test_a_url_with_a_password_fails_without_showing_it(probed: dict[str, Any]) -> None:
+    """Rendered, it would be in spark-submit's command line, which Airflow logs."""
+    kind, message = probed["userinfo"]
+    assert kind == "AirflowFailException"
+    assert "'source' holds a URL with a user name or password (not shown)" in message
+    assert URL_SECRET not in message
 
 
 def test_the_dag_knows_sharestates_exit_statuses() -> None:

@@ -98,6 +98,8 @@ DEFAULT_QUALITY_COMMAND = 'sharestate quality --warehouse "$SHARESTATE_WAREHOUSE
 RUN_ID_TIME = "%Y%m%dT%H%M%SZ"
 TRUE = ("1", "true", "yes", "on")
 URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s]*@")
+"""A URL with a user name or password (`kafka://user:secret@host:9092`)."""
 
 
 # -- template macros ----------------------------------------------------------------------
@@ -135,6 +137,12 @@ def setting(ctx: JinjaContext, name: str, default: str = "", required: bool = Fa
     text = _text(value)
     if locations:
         for item in _items(text):
+            if USERINFO.match(item):  # shown nowhere: not in this error, nor in a command line
+                raise AirflowFailException(
+                    f"sharestate: the setting {name!r} holds a URL with a user name or "
+                    f"password (not shown): give Kafka's user in kafka_options as "
+                    f"sasl.username and its password as SHARESTATE_KAFKA_SASL_PASSWORD in the "
+                    f"workers' environment")
             if not (item.startswith("/") or URI.match(item)):
                 raise AirflowFailException(
                     f"sharestate: the setting {name!r} must be an absolute path or a URI, not "

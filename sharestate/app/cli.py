@@ -655,14 +655,17 @@ def _add_serve(sub: Any) -> None:
 
 def _file_source(text: str) -> str:
     """A source of the offline commands: a path; a URI (a live cluster's) is refused."""
+    from sharestate.cluster.kafka_options import redact_userinfo
+
     if text.startswith("kafka://"):
         raise argparse.ArgumentTypeError(
-            f"{text} is a live cluster: decode, state, prune and offsets read segment files; "
-            "for a cluster, sharestate serve --source kafka://HOST:PORT answers the same over "
-            "HTTP and sharestate run --source kafka://HOST:PORT writes the Delta tables")
+            f"{redact_userinfo(text)} is a live cluster: decode, state, prune and offsets read "
+            "segment files; for a cluster, sharestate serve --source kafka://HOST:PORT "
+            "answers the same over HTTP and sharestate run --source kafka://HOST:PORT writes "
+            "the Delta tables")
     if URI.match(text):
-        raise argparse.ArgumentTypeError(f"{text}: decode, state, prune and offsets read "
-                                         "local segment files, not URIs")
+        raise argparse.ArgumentTypeError(f"{redact_userinfo(text)}: decode, state, prune and "
+                                         "offsets read local segment files, not URIs")
     return text
 
 

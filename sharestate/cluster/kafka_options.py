@@ -15,6 +15,11 @@ Options (names are case-insensitive, as Spark passes them):
   `kafka.isolation.level` (default `read_uncommitted`: every data record is seen, also
   those of aborted transactions). Offsets are never committed.
 
+A server is `HOST:PORT`: a user name or password in it (`kafka://user:secret@host:9092`, a
+URL's user info) is refused, redacted, before anything reads it (librdkafka would log it
+while failing to resolve it): the user goes in `kafka.sasl.username`, the password in the
+environment. `redact_userinfo` is how any text that may hold such a URL is shown.
+
 Credentials — the properties in `SENSITIVE` — come from `kafka.<property>` options or from
 environment variables `SHARESTATE_KAFKA_<PROPERTY>` (dots as underscores, upper case, e.g.
 `SHARESTATE_KAFKA_SASL_PASSWORD`), read where Spark plans the query. They are held as
@@ -25,6 +30,7 @@ text that leaves this package (exception messages, logs, run metadata).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -41,8 +47,19 @@ ENV_PREFIX = "SHARESTATE_KAFKA_"
 REDACTED = "***"
 DEFAULT_MAX_OFFSETS_PER_SPLIT = 500_000
 DEFAULT_TIMEOUT_MS = 60_000
+_SEPARATORS = r"""\s,;'"=(\[\]"""
+USERINFO = re.compile(rf"(?P<before>[A-Za-z][A-Za-z0-9+.-]*://|(?<![^{_SEPARATORS}]))"
+                      rf"[^{_SEPARATORS}@]+@(?:[^{_SEPARATORS}@]*@)*")
+"""The user info of a URL (`kafka://user:secret@host`) or of a server (`user:secret@host`):
+what lies before the host's last `@`, from the scheme or a separator on."""
 FORCED = {"enable.auto.commit": "false", "enable.auto.offset.store": "false"}
 """Consumer properties the source fixes: it never commits offsets."""
+
+
+def redact_userinfo(text: str) -> str:
+    """`text` with the user info of every URL or server in it shown as `***`
+    (`kafka://user:secret@host:9092` -> `kafka://***@host:9092`)."""
+    return USERINFO.sub(rf"\g<before>{REDACTED}@", text)
 
 
 def source_options(uri: str, extra: Mapping[str, str]) -> dict[str, str]:
@@ -117,11 +134,12 @@ class KafkaReadOptions:
                 **{key: secret.reveal() for key, secret in self.secrets.items()}}
 
     def redact(self, text: str) -> str:
-        """`text` with every credential value replaced by `***`."""
+        """`text` with every credential value, and the user info of any URL or server
+        (`redact_userinfo`), replaced by `***`."""
         for secret in self.secrets.values():
             if secret.reveal():
                 text = text.replace(secret.reveal(), REDACTED)
-        return text
+        return redact_userinfo(text)
 
     def describe(self) -> dict[str, object]:
         """What was asked for, credentials shown as `***` (for logs and run metadata)."""
@@ -173,6 +191,11 @@ def parse_options(options: Mapping[str, str],
     bootstrap = lowered.get("bootstrap.servers") or lowered.get("kafka.bootstrap.servers")
     if not bootstrap:
         raise KafkaOptionError("option bootstrap.servers is required")
+    if "@" in bootstrap:
+        raise KafkaOptionError(
+            f"{redact_userinfo(bootstrap)}: a Kafka server is HOST:PORT, with no user name or "
+            f"password: give the user as kafka.sasl.username (--kafka-option "
+            f"sasl.username=NAME) and the password in {env_name('sasl.password')}")
     if client.get("isolation.level", "read_uncommitted") not in ("read_uncommitted",
                                                                  "read_committed"):
         raise KafkaOptionError("option kafka.isolation.level must be read_uncommitted or "

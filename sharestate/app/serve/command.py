@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sharestate import __version__, arguments, exit_codes
-from sharestate.cluster.kafka_options import KAFKA_SCHEME
+from sharestate.cluster.kafka_options import KAFKA_SCHEME, redact_userinfo
 from sharestate.coordinator.expiry import DEFAULT_RETENTION_MINUTES
 from sharestate.coordinator.shard import KAFKA, SEMANTICS
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
@@ -39,7 +39,8 @@ def kafka_source(text: str) -> str:
     """An argparse type: kafka://HOST:PORT[,HOST:PORT...] -> the bootstrap servers."""
     servers = text.removeprefix(KAFKA_SCHEME)
     if not text.startswith(KAFKA_SCHEME) or not servers:
-        raise argparse.ArgumentTypeError(f"must be kafka://HOST:PORT[,...], not {text!r}")
+        raise argparse.ArgumentTypeError(f"must be kafka://HOST:PORT[,...], not "
+                                         f"{redact_userinfo(text)!r}")
     return servers
 
 
