@@ -1,7 +1,8 @@
 /* Native fast path of sharestate/log/framing.py: walk consecutive "clean" v2 batches.
  *
  * A clean batch is magic 2, fully inside the buffer, within the size and record-count
- * limits, uncompressed, with a verified CRC-32C and records that parse without error. The walk stops at the
+ * limits, uncompressed, with a verified CRC-32C and records that parse without error (a
+ * batch declaring none holds nothing after its header). The walk stops at the
  * first batch that is not clean (or at the end of the buffer) and returns where it
  * stopped; the Python walker then handles that position with its full rules. Headers and
  * records are exactly what the Python path builds for the same bytes.
@@ -71,6 +72,7 @@ PyObject *native_scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         if (attributes & 7) break;
         int32_t count = (int32_t)native_be32(b + 57);
         if (count < 0 || count > max_records) break;
+        if (count == 0 && size != 61) break; /* bytes no record holds: a finding */
         uint32_t stored = native_be32(b + 17);
         int ok = crc_matches(crc_fn, b + 21, (Py_ssize_t)size - 21, stored);
         if (ok < 0) goto done;

@@ -499,3 +499,58 @@ def test_repeated_fake_headers_cost_linear_work(pure: bool, mib: int,
     covered = sum(i.raw_length if isinstance(i, LogFinding) else i.header.size_in_bytes
                   for i in items)
     assert covered == len(data)  # every byte is a batch or in a finding
+
+
+def _recount(batch: bytes, count: int) -> bytes:
+    """`batch` declaring `count` records, its CRC made valid again."""
+    out = bytearray(batch)
+    struct.pack_into(">i", out, 57, count)
+    struct.pack_into(">I", out, 17, crc32c(bytes(out[21:])))
+    return bytes(out)
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["native", "pure"])
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_a_count_that_disagrees_with_the_payload_is_a_finding(
+        pure: bool, codec: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kafka's iterator fails on a batch whose records end before its count does or go on
+    after it; a batch declaring none it does not read at all. Each is a finding here, with
+    a valid CRC too, and the records read before the mismatch are kept."""
+    if pure:
+        monkeypatch.setattr(native, "module", None)
+    three = [RawRecord(10 + i, 1000, -1, b"k%d" % i, b"v", ()) for i in range(3)]
+    batch = build_batch(three, compression=codec)
+    cases = {0: ([], "batch declares 0 records but holds"),
+             1: (three[:1], "bytes left after the last of 1 records"),
+             5: (three, "batch ends after 3 of 5 records")}
+    for count, (kept, message) in cases.items():
+        [item] = read_all(_recount(batch, count))
+        assert isinstance(item, Batch) and item.header.crc_valid
+        assert item.records == kept
+        [finding] = item.findings
+        assert finding.kind == "bad_record" and message in finding.message, finding
+    [whole] = read_all(_recount(batch, 3))
+    assert isinstance(whole, Batch) and whole.records == three and not whole.findings
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["native", "pure"])
+def test_a_marker_declaring_no_records_is_a_finding(pure: bool,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ABORT marker whose count says 0 (CRC valid) is not read, and says so."""
+    if pure:
+        monkeypatch.setattr(native, "module", None)
+    data = fixture("share_txn.log")
+    marker = next(i for i in batches(read_all(data)) if i.header.is_control)
+    position = marker.header.position
+    size = marker.header.size_in_bytes
+    changed = data[:position] + _recount(data[position:position + size], 0) \
+        + data[position + size:]
+    items = read_all(changed)
+    refused = next(b for b in batches(items) if b.header.position == position)
+    assert refused.records == []
+    [finding] = refused.findings
+    assert (finding.kind, finding.position, finding.offset) == (
+        "bad_record", position + V2_HEADER_SIZE, marker.header.base_offset)
+    assert finding.raw == data[position + V2_HEADER_SIZE:position + size]
+    assert [b for b in batches(items) if b.header.position != position] == \
+        [b for b in batches(read_all(data)) if b.header.position != position]

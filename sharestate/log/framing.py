@@ -13,16 +13,20 @@ batch's maxTimestamp.
 Bad bytes never raise. A batch whose CRC does not match is refused as Kafka's loader
 refuses it: it comes with no records and a `crc_mismatch` finding holding its bytes. So is
 a batch declaring more records than `max_batch_records` (`too_many_records`, nothing
-decompressed or parsed). An impossible length, an unknown magic or a batch running past
-the end of the stream yields one top-level `LogFinding`, after which reading resumes at the
-next position where an intact batch starts (`resync`: cheap header checks on every byte,
-a CRC only where they pass). A refused batch's length is not trusted either: an intact
-batch starting inside it ends it there (`bad_length`), so a wrong length hides nothing;
-and bytes that fail their CRC, do not pass the header checks and do not end where another
-entry (or the stream) does are `garbage` up to the next intact batch. Fewer than 17 bytes
-at the end yield one `trailing_bytes` finding, and a stream that fails while being read
-(a cut .gz file, a file larger than a segment can be) ends with a finding of the kind the
-stream names (`read_error` otherwise). Every step moves forward.
+decompressed or parsed). A record count that disagrees with the payload is a `bad_record`
+finding, as it is an error for Kafka's record iterator: fewer records than declared (the
+records read are kept), bytes left after the declared ones (kept too), or a batch declaring
+none that holds bytes after its header (Kafka's iterator does not look at those: nothing
+is read of them, but they are reported). An impossible length, an unknown magic or a batch
+running past the end of the stream yields one top-level `LogFinding`, after which reading
+resumes at the next position where an intact batch starts (`resync`: cheap header checks
+on every byte, a CRC only where they pass). A refused batch's length is not trusted either:
+an intact batch starting inside it ends it there (`bad_length`), so a wrong length hides
+nothing; and bytes that fail their CRC, do not pass the header checks and do not end where
+another entry (or the stream) does are `garbage` up to the next intact batch. Fewer than 17
+bytes at the end yield one `trailing_bytes` finding, and a stream that fails while being
+read (a cut .gz file, a file larger than a segment can be) ends with a finding of the kind
+the stream names (`read_error` otherwise). Every step moves forward.
 """
 
 from __future__ import annotations
@@ -397,8 +401,13 @@ class _Scanner:
                 "too_many_records", f"batch declares {count} records, more than the limit of "
                 f"{self.max_records}: not read", position, base_offset, buf[off:end],
                 self.raw_cap))
-        elif count == 0:  # Kafka does not look at the payload of an empty batch
-            pass
+        elif count == 0:
+            if end > off + V2_HEADER_SIZE:  # Kafka's iterator reads nothing of it either
+                findings.append(LogFinding.of(
+                    "bad_record", f"batch declares 0 records but holds "
+                    f"{end - off - V2_HEADER_SIZE} bytes after its header: not read",
+                    position + V2_HEADER_SIZE, base_offset, buf[off + V2_HEADER_SIZE:end],
+                    self.raw_cap))
         elif codec == 0:
             records, error = parse_records(buf, off + V2_HEADER_SIZE, end, count, base_offset,
                                            base_timestamp, base_sequence)
