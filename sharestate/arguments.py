@@ -1,4 +1,6 @@
-"""Argument values checked at the edge: argparse types and the `--end-offsets` file.
+"""Argument values checked at the edge: argparse types, and the files arguments name
+(`--end-offsets`, the quality gate's `--config` and `--acknowledgements`): regular files
+only, opened without waiting (a FIFO is refused, never waited on), read up to a size cap.
 
 Each refusal is one line naming the value and the range it must lie in; the command line
 and the Spark jobs turn it into exit 2 before any work starts.
@@ -8,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -135,6 +139,39 @@ def secret_warnings(settings: dict[str, str], flag: str) -> list[str]:
     return warnings
 
 
+MAX_FILE_BYTES = 64 << 20
+"""The most an argument file may hold: an `--end-offsets` file of 64 MiB lists some 900,000
+partitions."""
+
+
+def read_file(path: str | Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of the regular file at `path` (those it held when opened); OSError with a
+    `strerror` that says why otherwise. Opening never waits: a FIFO, a device or a directory
+    is refused, as is a file larger than `limit`."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(0, f"not a regular file ({_file_type(info.st_mode)})")
+        if info.st_size > limit:
+            raise OSError(0, f"larger than the {limit >> 20} MiB an argument file may hold "
+                             f"({info.st_size} bytes)")
+        os.set_blocking(fd, True)
+        with open(fd, "rb", closefd=False) as file:
+            return file.read(info.st_size)
+    finally:
+        os.close(fd)
+
+
+def _file_type(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a file"
+
+
 class EndOffsetsError(ValueError):
     """The `--end-offsets` file cannot be used: one line."""
 
@@ -142,12 +179,16 @@ class EndOffsetsError(ValueError):
 def read_end_offsets(path: str) -> dict[tuple[str, int], int]:
     """The topic end offsets of a JSON file: a list of
     `{"topic": name-or-id, "partition": p, "end_offset": n}` with integer partition
-    (0..2^31-1) and end offset (0..2^63-1); nothing is coerced (no `true`, `1.7`, `"5"`)."""
+    (0..2^31-1) and end offset (0..2^63-1); nothing is coerced (no `true`, `1.7`, `"5"`).
+    Nesting deeper than Python's JSON reader takes (its recursion limit) is refused."""
     try:
-        entries = json.loads(Path(path).read_text(encoding="utf-8"))
+        entries = json.loads(read_file(path).decode("utf-8"))
     except OSError as exc:
         raise EndOffsetsError(f"cannot read end offsets from {path}: {exc.strerror}") from None
-    except ValueError as exc:
+    except RecursionError:
+        raise EndOffsetsError(f"end offsets file {path} is not a list of objects: it nests "
+                              "too deeply") from None
+    except ValueError as exc:  # UnicodeDecodeError too
         raise EndOffsetsError(f"end offsets file {path} is not JSON: {exc}") from None
     if not isinstance(entries, list):
         raise EndOffsetsError(f"end offsets file {path} must hold a JSON list of "

@@ -5,8 +5,10 @@ JVM starts, so these tests need no Spark."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -134,6 +136,67 @@ def test_end_offsets_not_json(capsys: pytest.CaptureFixture[str], tmp_path: Path
     _one_line(capsys, "not JSON")
 
 
+def _in_a_process(*argv: str) -> subprocess.CompletedProcess[str]:
+    """`sharestate argv` in a process of its own, stopped after 60 s and held to 1 GiB."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    return subprocess.run([sys.executable, "-m", "sharestate", *argv], capture_output=True,
+                          text=True, timeout=60, preexec_fn=limit, check=False)
+
+
+@pytest.mark.parametrize("kind,words", [
+    ("deep", ("nests too deeply",)), ("zero", ("not a regular file (a character device)",)),
+    ("fifo", ("not a regular file (a FIFO)",)), ("folder", ("not a regular file (a directory)",)),
+    ("huge", ("larger than the 64 MiB",))])
+def test_end_offsets_files_are_bounded(tmp_path: Path, kind: str,
+                                       words: tuple[str, ...]) -> None:
+    """Deep nesting exited 70, /dev/zero was read past 2.5 GB, a FIFO waited for ever: each is
+    refused at once, one line, exit 2."""
+    path = {"zero": Path("/dev/zero"), "folder": tmp_path}.get(kind, tmp_path / "ends.json")
+    if kind == "deep":
+        path.write_text("[" * 100_000, encoding="utf-8")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "huge":
+        with path.open("wb") as file:
+            file.truncate((64 << 20) + 1)  # sparse
+    logs = tmp_path / "logs" / "__share_group_state-0"
+    logs.mkdir(parents=True)
+    (logs / f"{0:020d}.log").touch()
+    done = _in_a_process("run", "--source", str(logs.parent), "--warehouse",
+                         str(tmp_path / "wh"), "--end-offsets", str(path))
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == USAGE and len(lines) == 1, done.stderr
+    assert lines[0].startswith("sharestate: error: ") and str(path) in lines[0] \
+        and all(word in lines[0] for word in words), lines
+    assert not (tmp_path / "wh").exists()
+
+
+@pytest.mark.parametrize("flag", ["--findings", "--output"])
+def test_a_fifo_nobody_reads_is_refused_as_output(tmp_path: Path, segment: str,
+                                                  flag: str) -> None:
+    """Opening it waited for a reader for ever; one a process reads is written to."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    done = _in_a_process("decode", segment, flag, str(fifo))
+    assert done.returncode == USAGE, done.stderr
+    assert done.stderr.strip() == f"sharestate: error: cannot write {fifo}: a FIFO no process " \
+                                  "reads", done.stderr
+    with subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE, text=True) as reader:
+        deadline = time.monotonic() + 30
+        while True:  # `cat` has the FIFO open once a writer's non-blocking open succeeds
+            done = _in_a_process("decode", segment, "--output", str(fifo))
+            if done.returncode != USAGE or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        out, _ = reader.communicate(timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert len(out.splitlines()) == len(_in_a_process("decode", segment).stdout.splitlines())
+
+
 @pytest.mark.parametrize("extra,words", [
     (("--conf", "noequals"), ("--conf", "KEY=VALUE", "noequals")),
     (("--conf", "=x"), ("--conf", "KEY=VALUE")),
@@ -191,6 +254,17 @@ def test_quality_conf_without_equals(capsys: pytest.CaptureFixture[str],
 
     assert quality(["--warehouse", str(tmp_path), "--conf", "noequals"]) == USAGE
     _one_line(capsys, "--conf", "KEY=VALUE")
+
+
+@pytest.mark.parametrize("flag", ["--config", "--acknowledgements"])
+def test_quality_files_are_regular_files(tmp_path: Path, flag: str) -> None:
+    """The gate's settings files are read as --end-offsets is: a FIFO is refused at once."""
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    done = _in_a_process("quality", "--warehouse", str(tmp_path), flag, str(fifo))
+    assert done.returncode == USAGE, done.stderr
+    assert done.stderr.strip() == f"sharestate: error: cannot read {fifo}: not a regular file " \
+                                  "(a FIFO)", done.stderr
 
 
 def test_quality_bad_spark_setting(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from sharestate.arguments import read_file
+
 Severity = Literal["error", "warning"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning")
 CONF_ENV = "SHARESTATE_QUALITY_CONF"
@@ -105,10 +107,11 @@ class QualityConfig:
 
 
 def config_path(path: str | Path | None = None) -> Path | None:
-    """The settings file to read; one named explicitly must exist."""
+    """The settings file to read; one named explicitly must exist (and be a regular file,
+    which reading it checks)."""
     named = path if path is not None else os.environ.get(CONF_ENV)
     if named:
-        if not Path(named).is_file():
+        if not Path(named).exists():
             raise ConfigError(f"quality settings file not found: {named}")
         return Path(named)
     return DEFAULT_CONF if DEFAULT_CONF.is_file() else None
@@ -160,8 +163,10 @@ def load_acknowledgements(path: str | Path) -> tuple[Acknowledgement, ...]:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        return tomllib.loads(read_file(path).decode("utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
 
 
