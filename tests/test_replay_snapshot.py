@@ -206,6 +206,27 @@ def test_native_and_python_replays_snapshot_alike(monkeypatch: pytest.MonkeyPatc
     assert _share_run(log, items, len(items) // 2, semantics=KAFKA, as_of=END) == fast
 
 
+def test_a_snapshot_leaves_its_replay_going_and_stays_as_taken(
+        simulated: list[PartitionLog]) -> None:
+    """A replay snapshotted along the way (as the live service's checkpoints do) goes on
+    as one never snapshotted, and each snapshot keeps what it held when taken."""
+    for log in simulated:
+        kind = ShareReplay if log.topic == SHARE_STATE_TOPIC else GroupReplay
+        items = list(log.items())
+        plain, watched = kind.of_log(log), kind.of_log(log)
+        taken: list[tuple[Snapshot, dict[str, Any]]] = []
+        for index, item in enumerate(items):
+            plain.apply(item)
+            watched.apply(item)
+            if index % 7 == 0:
+                snap = watched.snapshot()
+                taken.append((snap, _tables(snap)))
+        assert _tables(watched.snapshot()) == _tables(plain.snapshot())
+        assert all(_tables(snap) == tables for snap, tables in taken)
+        if kind is ShareReplay:
+            assert any(snap.tables["prune_ledger"].num_rows for snap, _ in taken)
+
+
 # -- group ----------------------------------------------------------------------------------
 
 def _group_answers(replay: GroupReplay) -> dict[str, Any]:

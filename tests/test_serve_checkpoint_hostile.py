@@ -1,8 +1,9 @@
 """Hostile `serve` checkpoints: files crafted to run code or to stall, crash or exhaust the
-service at start. Each one — a pickled state naming a global the checkpoint does not hold,
-also one behind a valid header and a recomputed checksum — stays inert: nothing runs, no
-file is touched, the service logs one warning and replays from the log, answering what a
-service without a checkpoint answers.
+service at start. Each one — a pickle that would call a global (what checkpoints were before
+they became Arrow data), a body of other tables or of state no replay can go on from, also
+behind a valid header and a recomputed checksum — stays inert: nothing runs, no file is
+touched, the service logs one warning and replays from the log, answering what a service
+without a checkpoint answers.
 
 The cluster is librdkafka's mock cluster in this process (a simulated workload's records).
 """
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from serve_support import (
@@ -37,21 +39,23 @@ from serve_support import (
 )
 
 from sharestate.app.serve.checkpoint import (
+    BODY,
     FILE,
     MAGIC,
     CheckpointStore,
     Settings,
-    encode,
+    encode_body,
 )
 from sharestate.app.serve.live_log import PartitionCheckpoint, Progress, ReplayOptions
 from sharestate.app.serve.service import CheckpointOptions, Service, start
 from sharestate.cluster import parse_options
 from sharestate.log import discover
 from sharestate.records.catalog import SHARE_STATE_TOPIC
-from sharestate.replay.group_log import replay_group_log
+from sharestate.replay.group_log import GroupReplay
 from sharestate.replay.logs import partition_logs
 from sharestate.replay.rows import offset_rows, state_row
-from sharestate.replay.share_log import ShareLogResult, replay_share_log
+from sharestate.replay.share_log import ShareReplay
+from sharestate.replay.snapshot import Snapshot, decode, encode
 
 FIXTURES = Path(os.environ.get("SHARESTATE_CONFORMANCE_DIR",
                                Path(__file__).parents[1].parent / "shared" / "fixtures"))
@@ -188,15 +192,46 @@ def test_a_crafted_checkpoint_runs_nothing_and_touches_no_file(
                                             caplog)
         assert not ran.exists(), name
         assert victim.read_text() == "kept", name
-        assert ": its body does not load (a checkpoint does not hold " in warning, (name,
-                                                                                   warning)
+        assert ": its body does not load (not an Arrow IPC stream" in warning, (name,
+                                                                                 warning)
+
+
+def _rows(good: bytes) -> list[dict[str, Any]]:
+    """The partition rows of a good checkpoint's body."""
+    body = good[good.index(b"\n", len(MAGIC)) + 1:]
+    rows: list[dict[str, Any]] = pa.ipc.open_stream(pa.py_buffer(body)).read_all().to_pylist()
+    return rows
+
+
+def _body(rows: list[dict[str, Any]], schema: pa.Schema = BODY) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_table(pa.Table.from_pylist(rows, schema=schema))
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _with_share_replay(row: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """`row` with its snapshot's `share_replay` row changed."""
+    (taken,) = decode(row["snapshot"])
+    tables = dict(taken.tables)
+    tables["share_replay"] = pa.Table.from_pylist(
+        [tables["share_replay"].to_pylist()[0] | changes], schema=tables["share_replay"].schema)
+    return row | {"snapshot": encode([Snapshot(taken.topic, taken.partition, tables)])}
 
 
 def test_a_checkpoint_that_is_no_file_or_a_crafted_header_or_state_is_one_warning(
         served: Served, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="sharestate.serve")
     body = served.good[served.good.index(b"\n", len(MAGIC)) + 1:]
-    wrong = PartitionCheckpoint(Progress("0"))  # type: ignore[arg-type]
+    rows = _rows(served.good)
+    share = next(i for i, row in enumerate(rows)
+                 if row["topic"] == SHARE_STATE_TOPIC and row["snapshot"] is not None)
+    other = next(row for row in rows if row["topic"] != SHARE_STATE_TOPIC
+                 and row["snapshot"] is not None)
+
+    def replaced(index: int, row: dict[str, Any]) -> bytes:
+        return with_body(served.good, _body([*rows[:index], row, *rows[index + 1:]]))
+
     cases: list[tuple[str, bytes | Callable[[Path], None]]] = [
         ("is damaged: its header nests deeper than 8 levels",
          MAGIC + b"[" * 100_000 + b"]" * 100_000 + b"\n" + body),
@@ -204,12 +239,16 @@ def test_a_checkpoint_that_is_no_file_or_a_crafted_header_or_state_is_one_warnin
          MAGIC + b'{"format": 1, "x": "' + b"x" * (2 << 20) + b'"}\n' + body),
         ("is damaged: it is not a regular file", os.mkfifo),
         ("is damaged: it is not a regular file", Path.mkdir),
-        ("(('__share_group_state', 0) is not a partition's checkpoint)", with_body(
-            served.good, encode({(SHARE_STATE_TOPIC, 0): wrong}))),
-        ("(('__share_group_state', -1.5) is not a partition's checkpoint)", with_body(
-            served.good, encode({(SHARE_STATE_TOPIC, -1.5): PartitionCheckpoint(Progress())}))),
-        ("(('x', 0) is not a partition's checkpoint)", with_body(
-            served.good, encode({("x", 0): PartitionCheckpoint(Progress())}))),
+        ("(not a checkpoint's partitions)", with_body(served.good, _body(
+            [{"topic": row["topic"]} for row in rows], pa.schema([("topic", pa.string())])))),
+        ("(('x', 0) is not a partition's checkpoint)", replaced(0, rows[0] | {"topic": "x"})),
+        ("is not a partition's checkpoint)", replaced(1, rows[0])),
+        ("is not a partition's checkpoint)", replaced(share, rows[share] | {"dialect": "9.9"})),
+        ("holds the snapshot of another partition)", replaced(share, rows[share] | {
+            "snapshot": other["snapshot"]})),
+        ("no share replay rules for dialect '9.9'", replaced(share, _with_share_replay(
+            rows[share], dialect="9.9"))),
+        ("(not an Arrow IPC stream", replaced(share, rows[share] | {"snapshot": b"garbage"})),
     ]
     for said, data in cases:
         warning = replayed_with_one_warning(served, tmp_path, data, caplog)
@@ -240,36 +279,40 @@ def test_a_checkpoint_linked_to_an_endless_device_is_not_read(
     assert (directory / f"{FILE}.bad").is_symlink()
 
 
-def test_every_class_a_replay_holds_loads_back(tmp_path: Path) -> None:
-    """The unpickler's list of classes covers every replay result of Kafka's own logs
-    (both dialects, both semantics, every group type): each loads back equal."""
-    logs, _ = partition_logs(discover(sorted(  # the large replays hold no other class
+def test_every_replay_of_kafkas_logs_loads_back(tmp_path: Path) -> None:
+    """Checkpoints hold the snapshot of every replay of Kafka's own logs (both dialects,
+    both semantics, every group type): each loads back and answers as the replay did."""
+    logs, _ = partition_logs(discover(sorted(  # the large replays hold nothing else
         str(path) for path in FIXTURES.glob("kafka-*/*.log") if "large" not in path.name)))
     assert len(logs) > 10
     partitions: dict[tuple[str, int], PartitionCheckpoint] = {}
-    read = {}
+    replays: dict[tuple[str, int], ShareReplay | GroupReplay] = {}
     for index, log in enumerate(logs):
-        results = ([replay_share_log(log, semantics=s) for s in ("kafka", "transactional-acks")]
-                   if log.topic == SHARE_STATE_TOPIC else [replay_group_log(log)])
-        for result in results:
+        made: list[ShareReplay | GroupReplay] = (
+            [ShareReplay.of_log(log, semantics=s) for s in ("kafka", "transactional-acks")]
+            if log.topic == SHARE_STATE_TOPIC else [GroupReplay.of_log(log)])
+        for replay in made:
             where = (log.topic, len(partitions))
-            read[where] = log
-            result.log = None  # type: ignore[assignment]  # a checkpoint leaves it out
-            partitions[where] = PartitionCheckpoint(Progress(index), log.dialects[0], result)
+            replay.result.partition = where[1]  # a checkpoint's partitions are numbered
+            for item in log.items():
+                replay.apply(item)
+            replays[where] = replay
+            partitions[where] = PartitionCheckpoint(Progress(index), log.dialects[0],
+                                                    replay.snapshot())
     store = CheckpointStore(tmp_path, Settings("cluster", "kafka", None, 500))
-    store.save(encode(partitions), {}, 0, "test")
+    store.save(encode_body(partitions), {}, 0, "test")
     loaded = store.load()
     assert loaded is not None and loaded.partitions.keys() == partitions.keys()
-    for where, saved in partitions.items():
-        back, result = loaded.partitions[where].result, saved.result
-        assert back is not None and result is not None
-        back.log = result.log = read[where]
-        if isinstance(result, ShareLogResult):
-            assert isinstance(back, ShareLogResult)
-            assert [state_row(back, key) for key in sorted(back.shard)] == [
-                state_row(result, key) for key in sorted(result.shard)]
+    for where, replay in replays.items():
+        saved = loaded.partitions[where].snapshot
+        assert saved is not None
+        if isinstance(replay, ShareReplay):
+            share = ShareReplay.restore(saved).result
+            assert [state_row(share, key) for key in sorted(share.shard)] == [
+                state_row(replay.result, key) for key in sorted(replay.result.shard)]
+            assert share.findings == replay.result.findings
         else:
-            assert not isinstance(back, ShareLogResult)
-            assert offset_rows(back.coordinator, 10080) == offset_rows(result.coordinator,
-                                                                       10080)
-        assert back.findings == result.findings
+            group = GroupReplay.restore(saved).result
+            assert offset_rows(group.coordinator, 10080, pending=True) == offset_rows(
+                replay.result.coordinator, 10080, pending=True)
+            assert group.findings == replay.result.findings

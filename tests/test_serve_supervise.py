@@ -4,8 +4,8 @@ checkpoint of the failed state: a restart resumes from the last good one.
 
 The failures are real: a chunk whose values are not bytes fed to a running partition's
 replay (its thread raises in the record decoder), and, for the whole command in a process
-of its own, a checkpoint whose state the replay cannot go on from. The services run on
-librdkafka's mock cluster; `supervise` is the command's own loop.
+of its own, a checkpoint whose state the replay cannot go on from once records arrive. The
+services run on librdkafka's mock cluster; `supervise` is the command's own loop.
 """
 
 from __future__ import annotations
@@ -13,13 +13,15 @@ from __future__ import annotations
 import re
 import signal
 import threading
+from dataclasses import replace
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from serve_support import ServeProcess, eventually, fixture_records, get, mock_cluster, offline
 
 from sharestate import __version__, exit_codes
-from sharestate.app.serve.checkpoint import FILE, CheckpointStore, Settings, encode
+from sharestate.app.serve.checkpoint import FILE, CheckpointStore, Settings, encode_body
 from sharestate.app.serve.command import supervise
 from sharestate.app.serve.live_log import Consumed, ReplayOptions
 from sharestate.app.serve.service import CheckpointOptions, Service, start
@@ -99,11 +101,14 @@ def test_a_failed_replay_stops_the_service_without_a_checkpoint_and_a_restart_re
 
 def test_the_command_exits_5_when_a_replay_fails_and_leaves_its_checkpoint(
         records: Records, tmp_path: Path) -> None:
-    """A checkpoint whose share-state replay lost its shard (written by a buggy release
-    with the same core fingerprint, say): the resumed replay fails at once."""
+    """A checkpoint whose share-partitions have no start offset (written by a buggy release
+    with the same core fingerprint, say: its tables are of their schemas, but no shard holds
+    such a state): the resumed replay fails at the first update that keeps the start
+    offset."""
     cluster = mock_cluster()
-    for topic, written in records.items():
-        cluster.produce(topic, written)
+    share = records[SHARE_STATE_TOPIC]
+    cluster.produce(SHARE_STATE_TOPIC, share[:len(share) // 2])
+    cluster.produce(CONSUMER_OFFSETS_TOPIC, records[CONSUMER_OFFSETS_TOPIC])
     directory = tmp_path / "checkpoints"
     args = ("--source", f"kafka://{cluster.bootstrap}", "--checkpoint-dir", str(directory))
     first = ServeProcess(*args)
@@ -118,12 +123,17 @@ def test_the_command_exits_5_when_a_replay_fails_and_leaves_its_checkpoint(
     loaded = store.load()
     assert loaded is not None
     saved = loaded.partitions[(SHARE_STATE_TOPIC, 0)]
-    assert saved.result is not None
-    saved.result.shard = None  # type: ignore[assignment]
-    store.save(encode(loaded.partitions), {w: p.progress.position for w, p in
-                                           loaded.partitions.items()},
+    assert saved.snapshot is not None
+    keys = saved.snapshot.tables["share_keys"]
+    assert keys.num_rows
+    saved.snapshot = replace(saved.snapshot, tables={**saved.snapshot.tables, "share_keys": (
+        keys.set_column(keys.schema.get_field_index("start_offset"), "start_offset",
+                        pa.nulls(keys.num_rows, pa.int64())))})
+    store.save(encode_body(loaded.partitions), {w: p.progress.position for w, p in
+                                                loaded.partitions.items()},
                sum(p.progress.records for p in loaded.partitions.values()), __version__)
     damaged = (directory / FILE).read_bytes()
+    cluster.produce(SHARE_STATE_TOPIC, share[len(share) // 2:])
     second = ServeProcess(*args)
     try:
         assert second.process.wait(30) == exit_codes.SERVE_FAILED
@@ -133,6 +143,6 @@ def test_the_command_exits_5_when_a_replay_fails_and_leaves_its_checkpoint(
     stopping = [line for line in second.lines if line.startswith("sharestate serve: stopping")]
     assert len(stopping) == 1 and re.fullmatch(
         rf"sharestate serve: stopping: replay of {SHARE_STATE_TOPIC}-0 failed: "
-        r"AttributeError\(.*NoneType.*\); no checkpoint written \(a restart resumes from the "
+        r"TypeError\(.*NoneType.*\); no checkpoint written \(a restart resumes from the "
         r"last one\)\n", stopping[0]), second.stderr
     assert (directory / FILE).read_bytes() == damaged

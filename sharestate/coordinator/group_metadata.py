@@ -141,14 +141,6 @@ class GroupMetadata:
         self.anomalies: list[Anomaly] = []
         self._handlers = self._handler_table()
 
-    def __getstate__(self) -> dict[str, Any]:
-        """What a checkpoint keeps: everything but the handler table (bound methods)."""
-        return {name: value for name, value in self.__dict__.items() if name != "_handlers"}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._handlers = self._handler_table()
-
     def _handler_table(self) -> dict[str, Callable[[_Record], None]]:
         """The method that applies each record kind (by its schema name)."""
         return {

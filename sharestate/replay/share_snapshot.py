@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from sharestate.coordinator.shard import KeyEntry, PendingRecord, ShareShard
@@ -19,7 +20,7 @@ from sharestate.coordinator.share_state import (
 from sharestate.log import LogFinding
 from sharestate.replay.prune import PruneLedger
 from sharestate.replay.share_log import ShareLogResult
-from sharestate.replay.snapshot import Snapshot, table_of
+from sharestate.replay.snapshot import Snapshot, schema, table_of
 
 _STATE = SharePartitionState._fields[:-1]
 """The state's scalar fields (its batches are a column of their own)."""
@@ -48,10 +49,10 @@ def share_snapshot(result: ShareLogResult, stopped: bool) -> Snapshot:
         "share_pending": table_of("share_pending", [
             _pending_row(producer_id, record)
             for producer_id, record in shard.pending_records()]),
-        "prune_ledger": table_of("prune_ledger", [
-            {"last_offset": last, "records": count, "bytes": size}
-            for last, count, size in zip(ledger.last_offsets[first:], ledger.counts[first:],
-                                         ledger.sizes[first:], strict=True)]),
+        "prune_ledger": pa.Table.from_arrays(  # copies: the ledger goes on growing
+            [pa.array(np.frombuffer(column, dtype=np.int64)[first:].copy())
+             for column in (ledger.last_offsets, ledger.counts, ledger.sizes)],
+            schema=schema("prune_ledger")),
         "shard_findings": table_of("shard_findings", [
             {"offset": f.offset, "code": f.code, "message": f.message, **_key(f.key)}
             for f in shard.findings]),
@@ -74,8 +75,9 @@ def restore_share(snapshot: Snapshot) -> tuple[ShareLogResult, bool]:
          for row in snapshot.table("shard_findings").to_pylist()))
     ledger = PruneLedger()
     rows = snapshot.table("prune_ledger")
-    ledger.extend(rows["last_offset"].to_pylist(), rows["records"].to_pylist(),
-                  rows["bytes"].to_pylist())
+    for column, name in ((ledger.last_offsets, "last_offset"), (ledger.counts, "records"),
+                         (ledger.sizes, "bytes")):
+        column.frombytes(rows[name].to_numpy().astype(np.int64).tobytes())
     ledger.records, ledger.bytes = replay["reclaimable_records"], replay["reclaimable_bytes"]
     result = ShareLogResult(
         replay["topic"], replay["partition"], replay["name"], shard,

@@ -128,7 +128,9 @@ def fingerprint() -> str:
     root = resources.files("sharestate.schemas")
     for name in SCHEMAS:
         _digest_tree(digest, root.joinpath(name), name)
-    digest.update(b"csrc\0" + (native.module.SOURCES.encode() if native.enabled() else b"-"))
+    # an extension built before it carried its sources' digest: "unknown" (rebuild it)
+    sources = getattr(native.module, "SOURCES", "unknown") if native.enabled() else "-"
+    digest.update(b"csrc\0" + sources.encode())
     return digest.hexdigest()
 
 

@@ -3,7 +3,9 @@ one file, `<dir>/serve.checkpoint`, so a restart (also after `kill -9`) resumes 
 
 The file is three parts: a magic line naming the format version, one JSON header line (what
 wrote it: the cluster, the replay settings, the core's fingerprint, when, the positions, the
-body's length and SHA-256) and the body, the partitions' `PartitionCheckpoint`s pickled. It
+body's length and SHA-256) and the body, an Arrow IPC stream of `BODY` rows: each
+partition's progress and dialect and its replay's snapshot in the core's serialised form
+(`sharestate.replay.snapshot.encode`: versioned Arrow tables, docs/replay-state.md). It
 is written to a temporary file in the same directory, fsync'ed, renamed over the previous
 one and the directory fsync'ed, so a crash at any moment leaves the previous checkpoint or
 the new one, never a mix. One service at a time uses a directory (an OS lock on
@@ -13,78 +15,56 @@ Loading decides what a checkpoint is worth:
 - written for another cluster or with other `--semantics`, `--dialect` or
   `--snapshot-update-records`: refused (`CheckpointRefused`: exit 2, one line) — the
   operator pointed the service at the wrong directory;
-- written by another version of the core (its fingerprint: the sources that decode and
-  replay records), unreadable, truncated or not matching its checksum: not used
+- of another checkpoint format, or holding snapshots of another format version or made by
+  another version of the core (its fingerprint: the sources that decode and replay
+  records, C ones included), unreadable, truncated or not matching its checksum: not used
   (`CheckpointUnusable`: a warning, and the service replays from the log start, which gives
   the same answers, only later); a damaged file is kept aside as `serve.checkpoint.bad`.
 
-The body is read with an unpickler that builds only the classes a checkpoint's state is
-made of (`HELD`, named one by one), but the directory should still be the service's alone
-(it is created 0700).
+The body is data only (Arrow tables of documented schemas, each snapshot restored once as
+it loads), but the directory should still be the service's alone (it is created 0700).
 """
 
 from __future__ import annotations
 
-import array
 import fcntl
 import hashlib
-import io
 import json
 import logging
 import os
-import pickle
 import re
 import stat
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-import sharestate
-from sharestate.app.serve.live_log import LiveLog, PartitionCheckpoint, Progress
+import pyarrow as pa
+
+from sharestate.app.serve.live_log import PartitionCheckpoint, Progress
 from sharestate.app.serve.state import LiveState
-from sharestate.coordinator import (
-    combiner,
-    group_metadata,
-    group_offsets,
-    groups,
-    share_findings,
-    share_rules,
-    share_state,
-)
-from sharestate.coordinator.group_replay import GroupCoordinatorReplay
-from sharestate.coordinator.offsets_manager import OffsetsManager
-from sharestate.coordinator.shard import ShareShard
-from sharestate.log.batch import LogFinding
 from sharestate.log.discovery import INTERNAL_TOPICS
-from sharestate.records import spec
-from sharestate.records.catalog import (
-    CONSUMER_OFFSETS_TOPIC,
-    SHARE_STATE_TOPIC,
-    Dialect,
-    dialect,
-    dialect_names,
-)
-from sharestate.records.keyvalue import RecordError
-from sharestate.replay.group_log import GroupLogResult
-from sharestate.replay.logs import AsOf
-from sharestate.replay.prune import PruneLedger
-from sharestate.replay.share_log import ShareLogResult
+from sharestate.records.catalog import SHARE_STATE_TOPIC, dialect_names
+from sharestate.replay.group_log import GroupReplay
+from sharestate.replay.share_log import ShareReplay
+from sharestate.replay.snapshot import SnapshotMismatch, decode, encode, fingerprint
 
 FILE = "serve.checkpoint"
 LOCK = "lock"
 BAD_SUFFIX = ".bad"
 MAGIC = b"sharestate serve checkpoint\n"
-FORMAT = 1
-CORE = ("log", "records", "coordinator", "replay")
-"""The packages whose code decodes and replays records (with `tables/arrow_log.py`, the
-serve modules below and the record schemas): a checkpoint is used only by the same code."""
-CORE_FILES = ("tables/arrow_log.py", "app/serve/live_log.py", "app/serve/checkpoint.py")
+FORMAT = 2
+"""The checkpoint file's format (1: a pickled body, no longer read)."""
+BODY = pa.schema([
+    pa.field("topic", pa.string(), nullable=False), pa.field("partition", pa.int32(), False),
+    pa.field("position", pa.int64(), False), pa.field("records", pa.int64(), False),
+    pa.field("last_timestamp", pa.int64()), pa.field("at_end", pa.bool_(), False),
+    pa.field("dialect", pa.string()), pa.field("snapshot", pa.binary())])
+"""A checkpoint's body, a row per partition: its `Progress`, the dialect its replay reads
+and the replay's snapshot (`encode`d; both null before the replay started)."""
 
 MAX_HEADER_BYTES = 1 << 20
 """The longest header read (it names each partition's position, ~40 bytes a partition)."""
@@ -93,8 +73,6 @@ MAX_HEADER_DEPTH = 8
 _JSON_ESCAPE = re.compile(rb"\\.", re.DOTALL)
 _NESTING = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(_NESTING)))
-RESULTS = {SHARE_STATE_TOPIC: ShareLogResult, CONSUMER_OFFSETS_TOPIC: GroupLogResult}
-"""The replay result a checkpoint holds for each internal topic's partitions."""
 POLL_S = 0.1
 LOG = logging.getLogger("sharestate.serve")
 
@@ -132,90 +110,6 @@ class Restored:
     header: dict[str, Any]
 
 
-@cache
-def core_fingerprint() -> str:
-    """SHA-256 over the core's sources and record schemas (see `CORE`)."""
-    digest = hashlib.sha256()
-    package = Path(sharestate.__file__).parent
-    files = sorted(path for name in CORE for path in (package / name).glob("*.py"))
-    for path in [*files, *(package / name for name in CORE_FILES)]:
-        digest.update(path.relative_to(package).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes())
-    schemas = resources.files("sharestate.schemas").joinpath("records")
-    for folder in sorted(schemas.iterdir(), key=lambda entry: entry.name):
-        if folder.is_dir():
-            for entry in sorted(folder.iterdir(), key=lambda entry: entry.name):
-                digest.update(f"{folder.name}/{entry.name}".encode() + b"\0")
-                digest.update(entry.read_bytes())
-    return digest.hexdigest()
-
-
-class _Pickler(pickle.Pickler):
-    """Dialects by name (they are the process's shared catalog), the live log left out."""
-
-    def persistent_id(self, obj: Any) -> Any:
-        if isinstance(obj, Dialect):
-            return ("dialect", obj.name)
-        if isinstance(obj, LiveLog):
-            return ("log",)
-        return None
-
-
-HELD: dict[tuple[str, str], Any] = {
-    (held.__module__, held.__qualname__): held for held in (
-        PartitionCheckpoint, Progress, ShareLogResult, GroupLogResult, AsOf, PruneLedger,
-        LogFinding, RecordError, ShareShard, OffsetsManager, GroupCoordinatorReplay,
-        share_rules.ShareRules, share_findings.ShardFinding, share_state.ShareKey,
-        share_state.SharePartitionState, share_state.StateBatch, combiner._Normalized,
-        combiner.combine, combiner.combine_treeset, spec.Kind, spec.Slot, spec.StructLayout,
-        group_metadata.GroupMetadata, group_metadata.Anomaly, group_metadata.ShareTopic,
-        group_metadata.SharePartitionMetadata, group_offsets.GroupOffsets,
-        group_offsets.CommittedOffset, group_offsets._CommitSlots, groups.ClassicGroup,
-        groups.ClassicMember, groups.ConsumerGroup, groups.ConsumerMember,
-        groups.ResolvedRegex, groups.ShareGroup, groups.ShareMember, groups.StreamsGroup,
-        groups.StreamsMember, groups.StreamsTasks, groups.StreamsTopology,
-        groups.Subtopology, array.array,
-        array._array_reconstructor)}  # type: ignore[attr-defined]  # (pickle's, for arrays)
-"""Everything a checkpoint's state is built of — the classes of the replays' results (and
-the combiner a shard holds, and the prune ledger's arrays) — by (module, name): the
-unpickler builds these and nothing else."""
-
-
-class _Unpickler(pickle.Unpickler):
-    """Builds `HELD` and nothing else: no other global is looked up, no module imported,
-    and no dotted name resolved (a name such as `subprocess.Popen` is refused, whatever
-    module it is asked of)."""
-
-    def persistent_load(self, pid: Any) -> Any:
-        if pid == ("log",):
-            return None
-        if isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "dialect":
-            return dialect(str(pid[1]))
-        raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
-
-    def find_class(self, module: str, name: str) -> Any:
-        try:
-            return HELD[(module, name)]
-        except KeyError:
-            raise pickle.UnpicklingError(f"a checkpoint does not hold {module}.{name}") from None
-
-
-def _check(partitions: Any) -> None:
-    """Raise unless `partitions` is what `encode` was given: each internal-topic partition's
-    checkpoint, with its progress and the result of its topic's replay (if any)."""
-    if not isinstance(partitions, dict):
-        raise pickle.UnpicklingError("not a map of partition checkpoints")
-    for where, saved in partitions.items():
-        if not (isinstance(where, tuple) and len(where) == 2 and where[0] in INTERNAL_TOPICS
-                and type(where[1]) is int and isinstance(saved, PartitionCheckpoint)
-                and isinstance(saved.progress, Progress)
-                and all(type(getattr(saved.progress, name)) is int
-                        for name in ("position", "records"))
-                and isinstance(saved.result, (type(None), RESULTS[where[0]]))
-                and (saved.dialect is None or saved.dialect in dialect_names())):
-            raise pickle.UnpicklingError(f"{where!r} is not a partition's checkpoint")
-
-
 def _depth(text: bytes) -> int:
     """How deep the arrays and objects of JSON `text` nest (escapes dropped, then what
     lies outside the strings summed bracket by bracket)."""
@@ -224,11 +118,55 @@ def _depth(text: bytes) -> int:
     return max(accumulate(map(_NESTING.__getitem__, brackets)), default=0)
 
 
-def encode(partitions: Mapping[Where, PartitionCheckpoint]) -> bytes:
-    """The body of a checkpoint (call under the lock that guards the replays)."""
-    buffer = io.BytesIO()
-    _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(dict(partitions))
-    return buffer.getvalue()
+def encode_body(partitions: Mapping[Where, PartitionCheckpoint]) -> bytes:
+    """The body of a checkpoint of `partitions` (what `LiveState.checkpoint` took)."""
+    rows: dict[str, list[Any]] = {name: [] for name in BODY.names}
+    for (topic, partition), saved in sorted(partitions.items()):
+        progress = saved.progress
+        for name, value in (("topic", topic), ("partition", partition),
+                            ("position", progress.position), ("records", progress.records),
+                            ("last_timestamp", progress.last_timestamp),
+                            ("at_end", progress.at_end), ("dialect", saved.dialect),
+                            ("snapshot", None if saved.snapshot is None
+                             else encode([saved.snapshot]))):
+            rows[name].append(value)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, BODY) as writer:
+        writer.write_table(pa.Table.from_pydict(rows, schema=BODY))
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def decode_body(data: bytes) -> dict[Where, PartitionCheckpoint]:
+    """The partitions a checkpoint body holds, each snapshot restored once to be sure its
+    replay can go on from it. SnapshotMismatch for snapshots made by other code or of
+    another format; ValueError (or any exception of the restore) when it is no body of
+    `body`'s."""
+    try:
+        table = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise ValueError(f"not an Arrow IPC stream ({exc})") from None
+    if not table.schema.equals(BODY):
+        raise ValueError("not a checkpoint's partitions")
+    partitions: dict[Where, PartitionCheckpoint] = {}
+    for row in table.to_pylist():
+        where = (row["topic"], row["partition"])
+        if row["topic"] not in INTERNAL_TOPICS or where in partitions or None in (
+                row["position"], row["records"], row["at_end"]) or (
+                row["dialect"] is not None and row["dialect"] not in dialect_names()):
+            raise ValueError(f"{where!r} is not a partition's checkpoint")
+        snapshot = None
+        if row["snapshot"] is not None:
+            (snapshot,) = decode(row["snapshot"])
+            if (snapshot.topic, snapshot.partition) != where or row["dialect"] is None:
+                raise ValueError(f"{where!r} holds the snapshot of another partition")
+            if row["topic"] == SHARE_STATE_TOPIC:
+                ShareReplay.restore(snapshot)
+            else:
+                GroupReplay.restore(snapshot)
+        partitions[where] = PartitionCheckpoint(
+            Progress(row["position"], row["records"], row["last_timestamp"], row["at_end"]),
+            row["dialect"], snapshot)
+    return partitions
 
 
 class CheckpointStore:
@@ -281,14 +219,15 @@ class CheckpointStore:
                     f"checkpoint {self.path} was written for {name} {header.get(name)!r}, "
                     f"not {value!r}: give the settings it was written with or another "
                     f"--checkpoint-dir")
-        if header.get("core") != core_fingerprint():
+        if header.get("core") != fingerprint():
             raise CheckpointUnusable(
                 f"checkpoint {self.path} was written by another version of sharestate's core "
                 f"(sharestate {header.get('sharestate')}); its state may differ from what "
                 f"this one computes")
         try:
-            partitions = _Unpickler(io.BytesIO(body)).load()
-            _check(partitions)
+            partitions = decode_body(body)
+        except SnapshotMismatch as exc:
+            raise CheckpointUnusable(f"checkpoint {self.path}: {exc}") from None
         except Exception as exc:  # any damage the checksum let through: never resumed from
             raise self._damaged(f"its body does not load ({exc})") from None
         return Restored(partitions, header)
@@ -332,7 +271,8 @@ class CheckpointStore:
         if not isinstance(header, dict):
             raise self._damaged("its header is not a JSON object")
         if header.get("format") != FORMAT:
-            raise self._damaged(f"format {header.get('format')!r} is not {FORMAT}")
+            raise CheckpointUnusable(f"checkpoint {self.path} is of format "
+                                     f"{header.get('format')!r}, this sharestate reads {FORMAT}")
         body = data[end + 1:]
         if len(body) != header.get("body_bytes"):
             raise self._damaged(f"it holds {len(body)} bytes of state, its header says "
@@ -352,8 +292,8 @@ class CheckpointStore:
 
     def save(self, body: bytes, positions: Mapping[Where, int], records: int,
              version: str) -> int:
-        """Write a checkpoint of `body` (from `encode`) atomically; its size in bytes."""
-        header = {"format": FORMAT, "sharestate": version, "core": core_fingerprint(),
+        """Write a checkpoint of `body` (from `encode_body`) atomically; its size in bytes."""
+        header = {"format": FORMAT, "sharestate": version, "core": fingerprint(),
                   **self.settings.header(),
                   "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                   "records_applied": records,
@@ -424,8 +364,8 @@ class Checkpointer(threading.Thread):
                     return
                 records = self.state.records_applied()
                 positions = self.state.positions()
-                body = encode(self.state.checkpoint())
-            size = self.store.save(body, positions, records, self.version)
+                partitions = self.state.checkpoint()
+            size = self.store.save(encode_body(partitions), positions, records, self.version)
         except Exception:  # logged and counted; the service keeps answering
             self.failures += 1
             LOG.exception("writing checkpoint %s failed", self.store.path)

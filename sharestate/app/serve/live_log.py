@@ -15,7 +15,7 @@ import logging
 import queue
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import itemgetter
 from typing import NamedTuple, TypeAlias, cast
 
@@ -29,6 +29,7 @@ from sharestate.records.keyvalue import KeyValue
 from sharestate.records.segment import LogItem, QuietRun, record_finding
 from sharestate.replay.group_log import GroupLogResult, GroupReplay, group_state
 from sharestate.replay.share_log import ShareLogResult, ShareReplay, share_state
+from sharestate.replay.snapshot import Snapshot
 from sharestate.tables.arrow_log import consumed_chunk
 
 LOG = logging.getLogger("sharestate.serve")
@@ -143,11 +144,11 @@ class Progress:
 @dataclass
 class PartitionCheckpoint:
     """What a checkpoint keeps of one partition: how far it was read and, once its replay
-    started, the dialect it was read with and the replay's result (its log left out)."""
+    started, the dialect it was read with and the replay's snapshot."""
 
     progress: Progress
     dialect: str | None = None
-    result: ShareLogResult | GroupLogResult | None = None
+    snapshot: Snapshot | None = None
 
 
 @dataclass
@@ -200,18 +201,18 @@ class PartitionReplay:
 
     def checkpoint(self) -> PartitionCheckpoint:
         """This partition as a checkpoint keeps it (call under the lock, between chunks)."""
-        result = self.share_result or self.group_result
-        if self.log is None or result is None:
-            return PartitionCheckpoint(self.progress)
-        return PartitionCheckpoint(self.progress, self.log.dialect, result)
+        replay = self.share or self.group
+        if self.log is None or replay is None:
+            return PartitionCheckpoint(replace(self.progress))
+        return PartitionCheckpoint(replace(self.progress), self.log.dialect, replay.snapshot())
 
     def restore(self, saved: PartitionCheckpoint) -> None:
         """Continue from `saved` (before anything is fed): the next chunk is the record at
         its position."""
         self.progress = saved.progress
         self.fed = saved.progress.position
-        if saved.dialect is not None and saved.result is not None:
-            self._start(saved.dialect, saved.result)
+        if saved.dialect is not None and saved.snapshot is not None:
+            self._start(saved.dialect, saved.snapshot)
 
     def _start_over(self, first: int) -> None:
         """Drop what was replayed (after the replay thread applied what it was given): the
@@ -225,21 +226,19 @@ class PartitionReplay:
             self.progress = Progress()
             self.log = self.share = self.group = self.thread = None
 
-    def _start(self, dialect: str, resume: ShareLogResult | GroupLogResult | None = None
-               ) -> None:
+    def _start(self, dialect: str, resume: Snapshot | None = None) -> None:
         self.log = LiveLog(self.topic, self.partition, dialect, self.lock, self.progress)
         replay: ShareReplay | GroupReplay
         try:
             if self.topic == SHARE_STATE_TOPIC:
-                assert resume is None or isinstance(resume, ShareLogResult)
-                replay = self.share = ShareReplay(resume or share_state(
-                    self.topic, self.partition, (dialect,), semantics=self.options.semantics,
-                    snapshot_update_records_per_snapshot=(
-                        self.options.snapshot_update_records_per_snapshot)))
+                replay = self.share = ShareReplay.restore(resume) if resume else ShareReplay(
+                    share_state(self.topic, self.partition, (dialect,),
+                                semantics=self.options.semantics,
+                                snapshot_update_records_per_snapshot=(
+                                    self.options.snapshot_update_records_per_snapshot)))
             else:
-                assert resume is None or isinstance(resume, GroupLogResult)
-                replay = self.group = GroupReplay(
-                    resume or group_state(self.topic, self.partition, dialect))
+                replay = self.group = GroupReplay.restore(resume) if resume else GroupReplay(
+                    group_state(self.topic, self.partition, dialect))
         except Exception as exc:  # a restored state the replay cannot go on from
             self.failure = exc
             return
