@@ -34,11 +34,12 @@ from sharestate.coordinator.shard import KAFKA
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
 from sharestate.log import DEFAULT_LIMITS, LogFinding, ReadLimits, Segment, discover
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
-from sharestate.replay.group_log import GroupLogResult, replay_group_log
+from sharestate.replay.group_log import GroupLogResult, GroupReplay, replay_group_log
 from sharestate.replay.logs import UNKNOWN_PARTITION, AsOf, PartitionLog, parse_time, partition_logs
 from sharestate.replay.prune import prune_recommendation
 from sharestate.replay.rows import offset_rows
-from sharestate.replay.share_log import ShareLogResult, replay_share_log
+from sharestate.replay.share_log import ShareLogResult, ShareReplay, replay_share_log
+from sharestate.replay.snapshot import Snapshot
 from sharestate.tables.gold import state_batch
 from sharestate.tables.spec import table
 from sharestate.tables.tasks import ingest_splits
@@ -62,6 +63,7 @@ __all__ = [
     "register_views",
     "replay_offsets",
     "replay_share",
+    "replay_snapshots",
     "share_partition_states",
 ]
 
@@ -130,6 +132,32 @@ def replay_offsets(sources: Sources, *, as_of_offset: int | None = None,
     logs, unknown = _logs(sources, CONSUMER_OFFSETS_TOPIC, dialect, limits)
     point = as_of(as_of_offset, as_of_time)
     return Replayed([replay_group_log(log, as_of=point) for log in logs], unknown)
+
+
+def replay_snapshots(sources: Sources, *, as_of_offset: int | None = None,
+                     as_of_time: When = None, semantics: str = KAFKA,
+                     dialect: str | None = None,
+                     snapshot_update_records: int = DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT,
+                     limits: ReadLimits = DEFAULT_LIMITS) -> list[Snapshot]:
+    """Each internal-topic partition of the sources (both topics) replayed up to the stop
+    point, as its snapshot: the replay's whole state as versioned Arrow tables
+    (`snapshot.tables`, schemas in `schemas/state/`; docs/replay-state.md), as the live
+    service checkpoints it."""
+    logs, _ = partition_logs(discover(_paths(sources)), dialect=dialect, limits=limits)
+    point = as_of(as_of_offset, as_of_time)
+    taken = []
+    for log in logs:
+        if log.topic == SHARE_STATE_TOPIC:
+            share = ShareReplay.of_log(log, as_of=point, semantics=semantics,
+                                       snapshot_update_records_per_snapshot=(
+                                           snapshot_update_records))
+            share.run(log.items())
+            taken.append(share.snapshot())
+        elif log.topic == CONSUMER_OFFSETS_TOPIC:
+            group = GroupReplay.of_log(log, as_of=point)
+            group.run(log.batches())
+            taken.append(group.snapshot())
+    return taken
 
 
 def share_partition_states(sources: Sources, *, as_of_offset: int | None = None,

@@ -140,6 +140,30 @@ def test_answers_equal_the_command_lines(simulated: Path) -> None:
         assert len(table_rows) > 0
 
 
+def test_snapshots_hold_what_the_tables_answer(simulated: Path) -> None:
+    """`replay_snapshots` gives each partition's whole replay state: its live share-partitions
+    are `share_partition_states`' rows, its committed offsets `consumer_group_offsets`'."""
+    for offset in (None, 900):
+        taken = api.replay_snapshots(simulated, as_of_offset=offset)
+        assert {(s.kind, s.partition) for s in taken} == {
+            (kind, p) for kind in ("share", "group") for p in (0, 1)}
+        keys = [row for s in taken if s.kind == "share"
+                for row in s.tables["share_keys"].to_pylist() if row["live"]]
+        states = api.share_partition_states(simulated, as_of_offset=offset).to_pylist()
+        assert sorted((k["group_id"], k["topic_id"], k["partition"], k["start_offset"],
+                       k["state_batches"], k["snapshot_update_count"]) for k in keys) == sorted(
+            (r["group_id"], r["topic_id"], r["partition"], r["start_offset"],
+             r["state_batches"], r["snapshot_update_count"]) for r in states)
+        committed = sorted((row["group_id"], row["topic"], row["partition"],
+                            row["committed_offset"])
+                           for s in taken if s.kind == "group"
+                           for row in s.tables["committed_offsets"].to_pylist())
+        assert committed == sorted(
+            (row["group_id"], row["topic"], row["partition"], row["committed_offset"])
+            for row in api.consumer_group_offsets(simulated, as_of_offset=offset).to_pylist())
+        assert committed and keys
+
+
 def test_read_log_holds_every_record_and_finding(simulated: Path, tmp_path: Path) -> None:
     log = api.read_log(simulated)
     decoded = _cli("decode", str(simulated))

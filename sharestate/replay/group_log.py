@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -46,10 +46,7 @@ def replay_group_log(log: LogSource, *, as_of: AsOf = END,
                      observe: Observer | None = None) -> GroupLogResult:
     """Replay `log` up to `as_of` (default: its end): its batches applied one by one."""
     replay = GroupReplay.of_log(log, as_of=as_of, listener=listener, observe=observe)
-    for item in log.batches():
-        replay.apply(item)
-        if replay.stopped:
-            break
+    replay.run(log.batches())
     return replay.result
 
 
@@ -106,6 +103,13 @@ class GroupReplay:
         replay = cls(result, as_of=as_of, observe=observe)
         replay.stopped = stopped
         return replay
+
+    def run(self, items: Iterable[LogItem]) -> None:
+        """Apply `items` in turn until they end or the stop point is reached."""
+        for item in items:
+            self.apply(item)
+            if self.stopped:
+                return
 
     def apply(self, item: LogItem) -> None:
         """Apply the next item of the log."""

@@ -100,12 +100,7 @@ def replay_share_log(log: LogSource, *, as_of: AsOf = END, semantics: str = KAFK
                                 snapshot_update_records_per_snapshot=(
                                     snapshot_update_records_per_snapshot),
                                 collect_history=history_sink is not None)
-    for item in log.items():
-        entries = replay.apply(item)
-        if entries and history_sink is not None:
-            history_sink(entries)
-        if replay.stopped:
-            break
+    replay.run(log.items(), history_sink)
     return replay.result
 
 
@@ -179,6 +174,16 @@ class ShareReplay:
         replay = cls(result, as_of=as_of, collect_history=collect_history, observe=observe)
         replay.stopped = stopped
         return replay
+
+    def run(self, items: Iterable[LogItem], history_sink: HistorySink | None = None) -> None:
+        """Apply `items` in turn until they end or the stop point is reached, each item's
+        history entries (when collected) to `history_sink`."""
+        for item in items:
+            entries = self.apply(item)
+            if entries and history_sink is not None:
+                history_sink(entries)
+            if self.stopped:
+                return
 
     def apply(self, item: LogItem) -> list[HistoryEntry]:
         """Apply the next item of the log; the history entries of its data records (empty
