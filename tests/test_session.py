@@ -19,6 +19,7 @@ from sharestate.spark.session import (
     QUICK_JIT,
     REPO_ROOT,
     SettingError,
+    check_worker_python,
     conf_file_path,
     delta_jars_present,
     driver_java_options,
@@ -115,6 +116,28 @@ def test_driver_jit_is_quick_only_where_the_jvm_orchestrates(
     assert driver_java_options({**local, JAVA_OPTIONS: "-Xss4m"}, True) == f"-Xss4m {QUICK_JIT}"
     for own in ("-XX:TieredStopAtLevel=4", "-XX:-TieredCompilation"):  # the user's choice wins
         assert driver_java_options({**local, JAVA_OPTIONS: own}, quick_jit=True) is None
+
+
+def test_a_local_masters_workers_need_their_python_here(monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path) -> None:
+    """A local master runs the Python workers on this machine, from this folder."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYSPARK_PYTHON", "./environment/bin/python")
+    shipped = {"spark.master": "local[2]",
+               "spark.archives": "file:///x/dist/sharestate-env.tar.gz#environment"}
+    with pytest.raises(SettingError, match=r"^PYSPARK_PYTHON \./environment/bin/python is not "
+                                           r"a program on this machine, where a local\[2\] "
+                                           r"master runs the Python workers: --archives "
+                                           r"unpacks environment/ for a cluster's executors"):
+        check_worker_python(shipped)
+    with pytest.raises(SettingError, match=r"master runs the Python workers$"):
+        check_worker_python({"spark.master": "local", "spark.pyspark.python": "./nowhere/py"})
+    check_worker_python({**shipped, "spark.master": "spark://h:7077"})  # unpacked there
+    check_worker_python({**shipped, "spark.master": "local-cluster[2,1,1024]"})  # likewise
+    check_worker_python({**shipped, "spark.pyspark.python": sys.executable})
+    (tmp_path / "environment" / "bin").mkdir(parents=True)
+    (tmp_path / "environment" / "bin" / "python").symlink_to(sys.executable)
+    check_worker_python(shipped)  # there after all
 
 
 JIT_PROBE = """

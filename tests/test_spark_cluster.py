@@ -228,3 +228,35 @@ def test_a_pure_python_executor_says_so(spark: Any, local_pure: dict[str, Any]) 
     assert "every executor run" in local_pure["stderr"]
     assert "without its C extension" in local_pure["stderr"]
     assert _commit_executors(spark, local_pure["warehouse"]) == {"pure"}
+
+
+def test_the_readme_submit_on_a_local_master_stops_before_any_work(
+        logs: Path, tmp_path: Path) -> None:
+    """The README's submit with `--master local[2]`: a local master runs the Python workers
+    on this machine, where `--archives` unpacks no `./environment/`; its first Spark job
+    failed (`Cannot run program "./environment/bin/python"`, exit 70). Now it stops before
+    any work with one line saying a local master needs no archive, exit 2."""
+    lines = readme_cluster_lines()
+    submit = next(line for line in lines if "spark-submit" in line)
+    (tmp_path / "dist").mkdir()
+    subprocess.run(["tar", "czf", "dist/sharestate-env.tar.gz", "-C", str(logs), "."],
+                   cwd=tmp_path, check=True)  # any archive: a local master never unpacks it
+    warehouse = tmp_path / "warehouse"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SPARK_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    env |= {"SPARK_MASTER": "local[2]", "KAFKA_LOGS": str(logs), "WAREHOUSE": str(warehouse),
+            "SPARK_LOCAL_IP": "127.0.0.1"}
+    script = _readme_script([lines[0], *[x for x in lines[1:] if "spark-submit" not in x],
+                             submit])
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, text=True,
+                          capture_output=True, timeout=600)
+    output = done.stdout + done.stderr  # spark-submit passes the driver's stderr to stdout
+    errors = [line for line in output.splitlines() if line.startswith("sharestate")]
+    assert done.returncode == 2 and len(errors) == 1, output[-4000:]
+    assert errors[0] == (
+        "sharestate: error: PYSPARK_PYTHON ./environment/bin/python is not a program on this "
+        "machine, where a local[2] master runs the Python workers: --archives unpacks "
+        "environment/ for a cluster's executors only; a local master needs no archive: point "
+        f"PYSPARK_PYTHON at a Python with sharestate here, such as {PROJECT_ROOT}/.venv/bin/"
+        "python"), errors
+    assert "Traceback" not in output and not warehouse.exists()

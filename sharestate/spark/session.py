@@ -5,7 +5,8 @@
 1. built-in defaults (`DEFAULTS`, plus `LOCAL_DEFAULTS` when the master is `local[...]`):
    `local[2]`, 4 shuffle partitions, 2g driver memory, Arrow for PySpark, session time zone
    UTC, log level WARN, driver bound to 127.0.0.1, Delta's log replay in 4 partitions,
-   Python workers running this interpreter (which has sharestate installed);
+   Python workers running this interpreter (which has sharestate installed; on a local
+   master the one they are given must be a program here: `check_worker_python`);
 2. the conf file: `conf/spark-defaults.conf` at the repository root, or the file named by
    `$SHARESTATE_SPARK_CONF`, or the `conf_file` argument. Spark's own format: one
    `key value` per line (whitespace or `=` between them), `#` starts a comment;
@@ -51,6 +52,7 @@ import glob
 import logging
 import os
 import re
+import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -192,6 +194,33 @@ def resolve_conf(conf: Mapping[str, str] | None = None, *,
     return settings
 
 
+ARCHIVE_SETTINGS = ("spark.archives", "spark.yarn.dist.archives")
+"""Where spark-submit's `--archives` lands."""
+
+
+def check_worker_python(settings: Mapping[str, str]) -> None:
+    """On a `local` master the Python workers run on this machine, started from the current
+    folder: their interpreter (`spark.pyspark.python`, else `$PYSPARK_PYTHON`) must be a
+    program here. An environment shipped with `--archives` is unpacked for a cluster's
+    executors only: given `./environment/bin/python`, a local master's first Spark job
+    failed (`Cannot run program`). SettingError otherwise."""
+    master = settings["spark.master"]
+    if master != "local" and not master.startswith("local["):
+        return
+    where = "spark.pyspark.python" if settings.get("spark.pyspark.python") else "PYSPARK_PYTHON"
+    python = settings.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+    if not python or shutil.which(python) is not None:
+        return
+    aliases = {entry.rpartition("#")[2] for key in ARCHIVE_SETTINGS
+               for entry in settings.get(key, "").split(",") if "#" in entry}
+    folder = Path(python).parts[0] if not Path(python).is_absolute() else None
+    why = (f": --archives unpacks {folder}/ for a cluster's executors only; a local master "
+           f"needs no archive: point {where} at a Python with sharestate here, such as "
+           f"{sys.executable}" if folder in aliases else "")
+    raise SettingError(f"{where} {python} is not a program on this machine, where a {master} "
+                       f"master runs the Python workers{why}")
+
+
 def delta_jars_present(settings: Mapping[str, str]) -> bool:
     """Whether Delta's jars will be on the classpath of a JVM started with `settings`."""
     if "io.delta:delta-spark" in settings.get("spark.jars.packages", ""):
@@ -286,6 +315,7 @@ def build_session(app_name: str | None = None, *, master: str | None = None,
         settings = with_pinned_delta(settings)
     else:
         settings = {k: v for k, v in settings.items() if launched.get(k) != v}
+    check_worker_python(resolved)
     if delta in ("on", "pip") or (delta == "auto" and not running
                                   and delta_jars_present({**resolved, **settings})):
         settings = with_delta(settings)
