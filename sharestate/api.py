@@ -35,7 +35,7 @@ from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_P
 from sharestate.log import DEFAULT_LIMITS, LogFinding, ReadLimits, Segment, discover
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.replay.group_log import GroupLogResult, GroupReplay, replay_group_log
-from sharestate.replay.logs import UNKNOWN_PARTITION, AsOf, PartitionLog, parse_time, partition_logs
+from sharestate.replay.logs import AsOf, PartitionLog, parse_time, partition_logs
 from sharestate.replay.prune import prune_recommendation
 from sharestate.replay.rows import offset_rows
 from sharestate.replay.share_log import ShareLogResult, ShareReplay, replay_share_log
@@ -164,9 +164,7 @@ def share_partition_states(sources: Sources, *, as_of_offset: int | None = None,
                            as_of_time: When = None, semantics: str = KAFKA,
                            group: str | None = None) -> pa.Table:
     """Every live share-partition as of the stop point: `share_partition_state` rows."""
-    batches = [state_batch(result, UNKNOWN_PARTITION if result.partition is None
-                           else result.partition)
-               for result in replay_share(sources, as_of_offset=as_of_offset,
+    batches = [state_batch(result) for result in replay_share(sources, as_of_offset=as_of_offset,
                                           as_of_time=as_of_time, semantics=semantics).results]
     states = pa.Table.from_batches(batches, schema=table("share_partition_state").arrow_schema())
     if group is not None:

@@ -140,6 +140,25 @@ def test_answers_equal_the_command_lines(simulated: Path) -> None:
         assert len(table_rows) > 0
 
 
+@pytest.mark.parametrize("loose", [False, True])
+def test_share_partition_state_rows_are_one_shape_everywhere(simulated: Path, tmp_path: Path,
+                                                             loose: bool) -> None:
+    """`sharestate state`'s lines, the API's rows and the Delta table's rows are the same
+    rows (one builder), also for a loose segment that names no partition
+    (`state_partition` -1 in all), with the as-of timestamp in all."""
+    source = simulated
+    if loose:
+        source = tmp_path / "loose.log"
+        source.write_bytes((simulated / "__share_group_state-1" /
+                            "00000000000000000000.log").read_bytes())
+    lines = _cli("state", str(source))
+    rows = api.share_partition_states(source).to_pylist()
+    assert rows == lines and rows
+    assert list(rows[0]) == table("share_partition_state").names
+    assert {row["state_partition"] for row in rows} == ({-1} if loose else {0, 1})
+    assert all(row["as_of_timestamp"] is not None for row in rows)
+
+
 def test_snapshots_hold_what_the_tables_answer(simulated: Path) -> None:
     """`replay_snapshots` gives each partition's whole replay state: its live share-partitions
     are `share_partition_states`' rows, its committed offsets `consumer_group_offsets`'."""

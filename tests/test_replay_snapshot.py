@@ -26,7 +26,7 @@ from sharestate.replay import snapshot
 from sharestate.replay.group_log import GroupReplay
 from sharestate.replay.logs import END, AsOf, PartitionLog, partition_logs
 from sharestate.replay.prune import prune_recommendation
-from sharestate.replay.rows import offset_rows, state_row
+from sharestate.replay.rows import offset_rows, state_rows
 from sharestate.replay.share_log import HistoryEntry, ShareReplay
 from sharestate.replay.snapshot import Snapshot, SnapshotMismatch, decode, encode
 from sharestate.runtime import quiet_gc
@@ -80,7 +80,7 @@ def _share_answers(replay: ShareReplay) -> dict[str, Any]:
     """What the commands and tables answer of a share replay (built from the replay, not its
     snapshot), and its snapshot."""
     result = replay.result
-    return {"state": [state_row(result, key) for key in sorted(result.shard)],
+    return {"state": state_rows(result),
             "prune": prune_recommendation(result), "findings": result.findings,
             "shard_findings": result.shard.findings, "stopped": replay.stopped,
             "snapshot": _tables(replay.snapshot())}

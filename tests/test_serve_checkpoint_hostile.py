@@ -53,7 +53,7 @@ from sharestate.log import discover
 from sharestate.records.catalog import SHARE_STATE_TOPIC
 from sharestate.replay.group_log import GroupReplay
 from sharestate.replay.logs import partition_logs
-from sharestate.replay.rows import offset_rows, state_row
+from sharestate.replay.rows import offset_rows, state_rows
 from sharestate.replay.share_log import ShareReplay
 from sharestate.replay.snapshot import Snapshot, decode, encode
 
@@ -308,8 +308,7 @@ def test_every_replay_of_kafkas_logs_loads_back(tmp_path: Path) -> None:
         assert saved is not None
         if isinstance(replay, ShareReplay):
             share = ShareReplay.restore(saved).result
-            assert [state_row(share, key) for key in sorted(share.shard)] == [
-                state_row(replay.result, key) for key in sorted(replay.result.shard)]
+            assert state_rows(share) == state_rows(replay.result)
             assert share.findings == replay.result.findings
         else:
             group = GroupReplay.restore(saved).result

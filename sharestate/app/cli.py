@@ -46,7 +46,7 @@ from sharestate.records.segment import (
 from sharestate.replay.group_log import GroupLogResult, GroupReplay
 from sharestate.replay.logs import AsOf, PartitionLog, partition_logs, past_end_line
 from sharestate.replay.prune import prune_row
-from sharestate.replay.rows import offset_rows, state_row
+from sharestate.replay.rows import offset_rows, state_rows
 from sharestate.replay.share_log import ShareLogResult, ShareReplay
 from sharestate.runtime import quiet_gc
 from sharestate.simulate import SimulationConfig, simulate
@@ -293,9 +293,8 @@ def _replay_share(args: argparse.Namespace) -> tuple[list[ShareLogResult], int]:
 def cmd_state(args: argparse.Namespace) -> int:
     """Every live share-partition's state as of a point, one JSON line each."""
     results, status = _replay_share(args)
-    written = _write_rows((state_row(result, key) for result in results
-                           for key in sorted(result.shard)
-                           if args.group is None or key.group_id == args.group), args.output)
+    written = _write_rows((row for result in results
+                           for row in state_rows(result, args.group)), args.output)
     if not written and args.group is not None:
         _say_no_group(args, "live share-partitions",
                       {key.group_id for result in results for key in result.shard})

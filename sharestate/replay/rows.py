@@ -8,8 +8,9 @@ from typing import Any
 from sharestate.coordinator.expiry import forecast_expiry
 from sharestate.coordinator.group_offsets import CommittedOffset
 from sharestate.coordinator.group_replay import GroupCoordinatorReplay
-from sharestate.coordinator.share_state import SNAPSHOT_TYPE, ShareKey, SharePartitionState
+from sharestate.coordinator.share_state import SNAPSHOT_TYPE, SharePartitionState
 from sharestate.records.catalog import SHARE_STATE_TOPIC, dialect
+from sharestate.replay.logs import UNKNOWN_PARTITION
 from sharestate.replay.share_log import ShareLogResult
 
 
@@ -18,33 +19,43 @@ def batches_json(state: SharePartitionState) -> list[dict[str, int]]:
              "delivery_count": b[3]} for b in state.batches]
 
 
-def state_row(result: ShareLogResult, key: ShareKey) -> dict[str, Any]:
-    """One live share-partition as `sharestate state` prints it."""
+def state_rows(result: ShareLogResult, group: str | None = None) -> list[dict[str, Any]]:
+    """The `share_partition_state` rows of a replayed partition (of `group` alone, when
+    given), in the table's columns: every live share-partition as of the last record
+    applied, by key. The one builder of these rows: `sharestate state`, the live service's
+    `/v1/share-partitions`, the API and the Delta table all take them from here."""
     shard = result.shard
-    state = shard.state(key)
-    assert state is not None
     has_dcc = has_delivery_complete_count(shard.rules.dialect)
-    return {
-        "group_id": key.group_id,
-        "topic_id": key.topic_id,
-        "partition": key.partition,
-        "state_epoch": state.state_epoch,
-        "snapshot_epoch": state.snapshot_epoch,
-        "leader_epoch": state.leader_epoch,
-        "start_offset": state.start_offset,
-        "state_batches": batches_json(state),
-        "delivery_complete_count": state.delivery_complete_count if has_dcc else None,
-        "create_timestamp": state.create_timestamp,
-        "write_timestamp": state.write_timestamp,
-        "last_snapshot_offset": shard.last_snapshot_offset(key),
-        "as_of_offset": result.last_applied_offset,
-        "max_leader_epoch": shard.leader_epoch(key),
-        "max_state_epoch": shard.state_epoch(key),
-        "snapshot_update_count": shard.snapshot_update_count(key),
-        "state_topic": result.topic,
-        "state_partition": result.partition,
-        "dialect": shard.rules.dialect,
-    }
+    partition = UNKNOWN_PARTITION if result.partition is None else result.partition
+    rows = []
+    for key in sorted(shard):
+        if group is not None and key.group_id != group:
+            continue
+        state = shard.state(key)
+        assert state is not None  # the shard iterates its live keys
+        rows.append({
+            "state_topic": result.topic,
+            "state_partition": partition,
+            "group_id": key.group_id,
+            "topic_id": key.topic_id,
+            "partition": key.partition,
+            "state_epoch": state.state_epoch,
+            "snapshot_epoch": state.snapshot_epoch,
+            "leader_epoch": state.leader_epoch,
+            "start_offset": state.start_offset,
+            "state_batches": batches_json(state),
+            "delivery_complete_count": state.delivery_complete_count if has_dcc else None,
+            "create_timestamp": state.create_timestamp,
+            "write_timestamp": state.write_timestamp,
+            "last_snapshot_offset": shard.last_snapshot_offset(key),
+            "max_leader_epoch": shard.leader_epoch(key),
+            "max_state_epoch": shard.state_epoch(key),
+            "snapshot_update_count": shard.snapshot_update_count(key),
+            "as_of_offset": result.last_applied_offset,
+            "as_of_timestamp": result.last_applied_timestamp,
+            "dialect": shard.rules.dialect,
+        })
+    return rows
 
 
 @cache

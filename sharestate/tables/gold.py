@@ -1,15 +1,15 @@
 """Gold rows of the share-state replay as Arrow record batches.
 
 `history_batch` turns the `HistoryEntry`s of `replay_share_log` into rows of
-`share_partition_state_history` (the state after every applied record); `state_batch`
-turns a replayed shard into rows of `share_partition_state` (every live share-partition as
-of the replay's stop point). Both are columnar: the state batches go through
-`columns.state_batches_array`, which runs in C when the extension is built.
+`share_partition_state_history` (the state after every applied record), column-wise (the
+state batches through `columns.state_batches_array`, in C when the extension is built);
+`state_batch` gives the rows of `share_partition_state` (every live share-partition as of
+the replay's stop point) that `replay.rows.state_rows` builds for every front end.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -17,37 +17,14 @@ import pyarrow.compute
 
 from sharestate.analytics.context import StateContext
 from sharestate.coordinator.share_state import ShareKey, SharePartitionState, StateBatch
-from sharestate.replay.rows import has_delivery_complete_count
+from sharestate.replay.rows import has_delivery_complete_count, state_rows
 from sharestate.replay.share_log import HistoryEntry, ShareLogResult
 from sharestate.tables.columns import int_columns, state_batches_array, transpose
 from sharestate.tables.spec import table
 
 SNAPSHOT, UPDATE, TOMBSTONE = "ShareSnapshot", "ShareUpdate", "Tombstone"
 HISTORY_SCHEMA = table("share_partition_state_history").arrow_schema()
-
-
-def _field(states: Sequence[Any], index: int) -> list[Any]:
-    return [None if s is None else s[index] for s in states]
-
-
-def _state_columns(states: Sequence[Any], dcc: bool) -> dict[str, Any]:
-    return {
-        "snapshot_epoch": _field(states, 0),
-        "state_epoch": _field(states, 1),
-        "leader_epoch": _field(states, 2),
-        "start_offset": _field(states, 3),
-        "delivery_complete_count": _field(states, 4) if dcc else [None] * len(states),
-        "create_timestamp": _field(states, 5),
-        "write_timestamp": _field(states, 6),
-        "state_batches": state_batches_array(states),
-    }
-
-
-def _key_columns(keys: Sequence[ShareKey]) -> dict[str, list[Any]]:
-    return {"group_id": [k[0] for k in keys], "topic_id": [k[1] for k in keys],
-            "partition": [k[2] for k in keys]}
-
-
+STATE_SCHEMA = table("share_partition_state").arrow_schema()
 
 
 _HISTORY_INTS = {  # column: path in a HistoryEntry
@@ -83,28 +60,10 @@ def history_batch(entries: list[HistoryEntry], state_topic: str, state_partition
         schema=HISTORY_SCHEMA)
 
 
-def state_batch(result: ShareLogResult, state_partition: int) -> pa.RecordBatch:
-    """`share_partition_state` rows: every live share-partition of a replayed partition."""
-    shard = result.shard
-    keys = sorted(shard)
-    states = [shard.state(k) for k in keys]
-    dialect = shard.rules.dialect
-    n = len(keys)
-    columns = {
-        "state_topic": [result.topic] * n,
-        "state_partition": [state_partition] * n,
-        **_key_columns(keys),
-        **_state_columns(states, has_delivery_complete_count(dialect)),
-        "last_snapshot_offset": [shard.last_snapshot_offset(k) for k in keys],
-        "max_leader_epoch": [shard.leader_epoch(k) for k in keys],
-        "max_state_epoch": [shard.state_epoch(k) for k in keys],
-        "snapshot_update_count": [shard.snapshot_update_count(k) for k in keys],
-        "as_of_offset": [result.last_applied_offset] * n,
-        "as_of_timestamp": [result.last_applied_timestamp] * n,
-        "dialect": [dialect] * n,
-    }
-    return pa.RecordBatch.from_pydict(columns, schema=table("share_partition_state")
-                                      .arrow_schema())
+def state_batch(result: ShareLogResult) -> pa.RecordBatch:
+    """`share_partition_state` rows: every live share-partition of a replayed partition
+    (`state_rows`, the one builder of these rows)."""
+    return pa.RecordBatch.from_pylist(state_rows(result), schema=STATE_SCHEMA)
 
 
 def states_from_rows(rows: pa.RecordBatch

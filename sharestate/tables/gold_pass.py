@@ -120,7 +120,7 @@ def share_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator
         if pending:
             yield SHARE_GOLD[0], history_batch(pending, SHARE_STATE_TOPIC, partition, dialect)
         result = replay.result
-        yield "share_partition_state", state_batch(result, partition)
+        yield "share_partition_state", state_batch(result)
         yield rows_of("prune_recommendations", [prune_recommendation(result)])
         yield rows_of("audit_findings", [
             *auditor.drain(), *shard_finding_rows(result.shard.findings, partition)])

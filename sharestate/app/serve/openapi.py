@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-STATE_FIELDS = ("group_id", "topic_id", "partition", "state_epoch", "snapshot_epoch",
-                "leader_epoch", "start_offset", "state_batches", "delivery_complete_count",
-                "create_timestamp", "write_timestamp", "last_snapshot_offset", "as_of_offset",
-                "max_leader_epoch", "max_state_epoch", "snapshot_update_count", "state_topic",
-                "state_partition", "dialect")
-"""The fields of a `sharestate state` JSON line (`sharestate.replay.rows.state_row`)."""
+from sharestate.tables.spec import table
+
+STATE_FIELDS = tuple(table("share_partition_state").names)
+"""The fields of a `sharestate state` JSON line: the `share_partition_state` table's columns
+(`sharestate.replay.rows.state_rows` builds both)."""
 
 BUSY = {"description": "too many requests in progress: try again (after Retry-After seconds)"}
 """What every endpoint but the probes may answer under load (`sharestate.app.serve.http`)."""

@@ -19,7 +19,7 @@ from sharestate.cluster import KafkaSourceError
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.records.segment import finding_json
 from sharestate.replay.prune import prune_recommendation
-from sharestate.replay.rows import offset_rows, state_row
+from sharestate.replay.rows import offset_rows, state_rows
 from sharestate.replay.share_log import ShareLogResult
 
 LOG = logging.getLogger("sharestate.serve")
@@ -108,9 +108,7 @@ class LiveState:
 
     def share_partitions(self, group: str | None = None) -> list[dict[str, Any]]:
         with self.lock:
-            return [state_row(result, key) for result in self._share()
-                    for key in sorted(result.shard)
-                    if (group is None or key.group_id == group)]
+            return [row for result in self._share() for row in state_rows(result, group)]
 
     def end_offsets(self) -> EndOffsets:
         """The data topics' end offsets from the cluster (reused for `END_OFFSETS_TTL_S`);
