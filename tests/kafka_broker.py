@@ -234,10 +234,16 @@ class KafkaBroker:
         if formatted.returncode != 0:
             raise BrokerFailed(f"kafka-storage format failed:\n{formatted.stdout}"
                                f"{formatted.stderr}")
-        stdout = (self.workdir / "logs" / "stdout.log").open("wb")
+        self.launch(timeout)
+
+    def launch(self, timeout: float = 90) -> None:
+        """Start the formatted broker (again, after `stop`: same ports, same storage) and
+        wait until it serves metadata."""
+        stdout = (self.workdir / "logs" / "stdout.log").open("ab")
         self.process = subprocess.Popen(
-            self.java(self.release.broker_set, "kafka.Kafka", str(config), log4j=log4j,
-                      heap="768m"),
+            self.java(self.release.broker_set, "kafka.Kafka",
+                      str(self.workdir / "server.properties"),
+                      log4j=self.workdir / "log4j2.properties", heap="768m"),
             stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True)
         stdout.close()
         self._wait_ready(time.monotonic() + timeout)

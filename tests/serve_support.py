@@ -131,8 +131,10 @@ def eventually(check: Callable[[], bool], timeout: float = 30) -> None:
 class ServeProcess:
     """`sharestate serve` in a process of its own; its stderr collected line by line."""
 
-    def __init__(self, *args: str, limits: dict[int, int] | None = None) -> None:
-        """`limits`: resource limits of the process (`resource.RLIMIT_*`: soft and hard)."""
+    def __init__(self, *args: str, limits: dict[int, int] | None = None,
+                 wait: bool = True) -> None:
+        """`limits`: resource limits of the process (`resource.RLIMIT_*`: soft and hard);
+        `wait`: until it listens (or exits)."""
 
         def limited() -> None:
             for which, limit in (limits or {}).items():
@@ -144,8 +146,9 @@ class ServeProcess:
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
-        eventually(lambda: self.address is not None or self.process.poll() is not None)
-        assert self.address is not None, self.stderr
+        if wait:
+            eventually(lambda: self.address is not None or self.process.poll() is not None)
+            assert self.address is not None, self.stderr
 
     def _read(self) -> None:
         assert self.process.stderr is not None

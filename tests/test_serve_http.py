@@ -24,12 +24,16 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from serve_support import Cluster, ServeProcess, eventually, get, mock_cluster, simulated
 
-from sharestate.app.serve.http import HttpServer
+from sharestate.app.serve.http import HttpServer, listening
 from sharestate.log import RawRecord
 
 FILES = 200
 """The service's descriptor limit (soft and hard) in these tests."""
 IDLE = 300
+
+
+def no_content(head: bytes, client: tuple[str, int]) -> bytes:
+    return b"HTTP/1.0 204 No Content\r\n\r\n"
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +150,7 @@ def test_a_burst_of_clients_is_answered_whole(cluster: Cluster) -> None:
 
 
 def test_an_idle_connection_is_closed_after_the_head_timeout(tmp_path: Path) -> None:
-    server = HttpServer(("127.0.0.1", 0), lambda head, client: b"HTTP/1.0 204 No\r\n\r\n",
-                        head_timeout=0.5)
+    server = HttpServer(listening(("127.0.0.1", 0)), no_content, head_timeout=0.5)
     server.start()
     try:
         with socket.create_connection(server.address, timeout=5) as idle, \
@@ -162,8 +165,7 @@ def test_an_idle_connection_is_closed_after_the_head_timeout(tmp_path: Path) -> 
 
 
 def test_connections_over_the_limit_close_the_one_idle_longest() -> None:
-    server = HttpServer(("127.0.0.1", 0), lambda head, client: b"HTTP/1.0 204 No\r\n\r\n",
-                        limit=20)
+    server = HttpServer(listening(("127.0.0.1", 0)), no_content, limit=20)
     server.start()
     try:
         connections = [socket.create_connection(server.address, timeout=5) for _ in range(20)]

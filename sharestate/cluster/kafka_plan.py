@@ -1,7 +1,7 @@
 """Planning a live read: offset ranges per topic-partition, from the brokers' watermarks.
 
-`plan_read` asks the cluster (one consumer, no group membership) for each partition's low
-and high watermark — with `read_committed` the high one is the last stable offset — and
+`plan_read` asks the cluster (an admin client: it belongs to no group) for each partition's
+low and high watermark — with `read_committed` the high one is the last stable offset — and
 resolves `startingOffsets`/`endingOffsets` against them. A requested start before the low
 watermark (records already deleted) or an end past the high one is an error, never a silent
 clamp. `KafkaPlan.splits` cuts the ranges into pieces of at most `maxOffsetsPerSplit`
@@ -16,10 +16,11 @@ import json
 import logging
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from sharestate.cluster.kafka_options import FORCED, KafkaOptionError, KafkaReadOptions
 
@@ -30,14 +31,86 @@ CONSUMER_VISIBILITY = (
     "and record batch headers (producer id/epoch, sequence, batch offsets, compression, CRC) "
     "are invisible; offsets taken by control records are gaps")
 """What the live source cannot see, stated in every plan's metadata."""
+FIRST_OFFSET = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+NEXT_OFFSET = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 
 
 class KafkaSourceError(RuntimeError):
     """The cluster could not be read; the message never holds credentials."""
 
 
-class ClusterUnreachable(KafkaSourceError):
-    """No broker answered in time: an environment that cannot run (exit 2)."""
+class ClusterNotReady(KafkaSourceError):
+    """A retriable error (`RETRIABLE`): a partition without a leader yet, a coordinator
+    loading, a broker down or restarting. `serve` waits these out; a run stops (exit 2)."""
+
+
+class ClusterUnreachable(ClusterNotReady):
+    """No broker answered in time."""
+
+
+RETRIABLE = frozenset({
+    KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT,
+    KafkaError._TIMED_OUT_QUEUE, KafkaError._RESOLVE, KafkaError._WAIT_COORD,
+    KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR, KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION,
+    KafkaError.BROKER_NOT_AVAILABLE, KafkaError.REPLICA_NOT_AVAILABLE,
+    KafkaError.KAFKA_STORAGE_ERROR, KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.NOT_ENOUGH_REPLICAS})
+"""Errors that pass by themselves (those librdkafka calls retriable too)."""
+
+
+def source_error(options: KafkaReadOptions, text: str, exc: KafkaException
+                 ) -> KafkaSourceError:
+    """`text: exc` (redacted) as ClusterNotReady when the error is retriable."""
+    error = exc.args[0] if exc.args else None
+    retriable = isinstance(error, KafkaError) and (error.retriable()
+                                                   or error.code() in RETRIABLE)
+    kind = ClusterNotReady if retriable else KafkaSourceError
+    return kind(options.redact(f"{text}: {exc}"))
+
+
+def admin_client(options: KafkaReadOptions, **kwargs: Any) -> AdminClient:
+    """An admin client of the cluster. It belongs to no group, so it never looks up a group
+    coordinator: a consumer's lookup (FindCoordinator) makes the broker create
+    `__consumer_offsets` on a cluster where no group was ever used."""
+    consumer_only = {"group.id", "isolation.level", *FORCED}
+    try:
+        return AdminClient({key: value for key, value in options.client_config("").items()
+                            if key not in consumer_only}, **kwargs)
+    except KafkaException as exc:
+        raise KafkaSourceError(options.redact(f"cannot create a Kafka client: {exc}")) from None
+
+
+def cluster_watermarks(options: KafkaReadOptions, topics: tuple[str, ...]
+                       ) -> tuple[str, dict[tuple[str, int], tuple[int, int]]]:
+    """The cluster's id and the (low, high) watermarks of every partition of those of
+    `topics` the cluster has (with `read_committed` the high one is the last stable
+    offset), read with an `admin_client`."""
+    admin = admin_client(options)
+    timeout = options.timeout_ms / 1000
+    level = (IsolationLevel.READ_COMMITTED if options.isolation_level == "read_committed"
+             else IsolationLevel.READ_UNCOMMITTED)
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+        partitions = [TopicPartition(topic, partition) for topic in topics
+                      if (found := metadata.topics.get(topic)) is not None
+                      and found.error is None for partition in sorted(found.partitions)]
+        offsets = {}
+        for name, spec in (("low", FIRST_OFFSET), ("high", NEXT_OFFSET)):
+            if partitions:
+                asked = admin.list_offsets({where: spec for where in partitions},
+                                           isolation_level=level, request_timeout=timeout)
+                offsets[name] = {(where.topic, where.partition): future.result().offset
+                                 for where, future in asked.items()}
+    except KafkaException as exc:
+        raise source_error(options, f"cannot read watermarks of {', '.join(topics)} from "
+                                    f"{options.bootstrap_servers}", exc) from None
+    return str(metadata.cluster_id), {
+        (where.topic, where.partition): (offsets["low"][(where.topic, where.partition)],
+                                         offsets["high"][(where.topic, where.partition)])
+        for where in partitions}
 
 
 def check_reachable(options: KafkaReadOptions, timeout_s: float) -> None:
@@ -48,24 +121,18 @@ def check_reachable(options: KafkaReadOptions, timeout_s: float) -> None:
     log = logging.getLogger("sharestate.cluster.probe")
     log.propagate = False
     log.handlers[:] = [heard]
+    admin = admin_client(replace(options, client={
+        **options.client, "socket.connection.setup.timeout.ms":
+            str(max(int(timeout_s * 1000), 1000))}), logger=log)
     try:
-        consumer = Consumer(
-            {**options.client_config("sharestate-probe"),
-             "socket.connection.setup.timeout.ms": max(int(timeout_s * 1000), 1000)},
-            logger=log)
-    except KafkaException as exc:
-        raise KafkaSourceError(options.redact(f"cannot create a Kafka client: {exc}")) from None
-    try:
-        consumer.list_topics(timeout=timeout_s)
+        admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
         error = exc.args[0] if exc.args else exc
-        consumer.poll(0)  # serves the client's queued log lines to `heard`
+        admin.poll(0)  # serves the client's queued log lines to `heard`
         reason = heard.last or (error.str() if hasattr(error, "str") else str(error))
         raise ClusterUnreachable(options.redact(
             f"cannot reach the cluster at {options.bootstrap_servers} within {timeout_s:g} s: "
             f"{reason}")) from None
-    finally:
-        consumer.close()
 
 
 class _Heard(logging.Handler):
@@ -173,27 +240,14 @@ def resolve_ranges(watermarks: Mapping[tuple[str, int], tuple[int, int]],
 
 
 def fetch_watermarks(options: KafkaReadOptions) -> dict[tuple[str, int], tuple[int, int]]:
-    """(low, high) watermarks of every partition of the topics read."""
-    try:
-        consumer = Consumer(options.client_config("sharestate-planner"))
-    except KafkaException as exc:
-        raise KafkaSourceError(options.redact(f"cannot create a Kafka client: {exc}")) from None
-    timeout = options.timeout_ms / 1000
-    try:
-        watermarks = {}
-        for topic in options.topics:
-            metadata = consumer.list_topics(topic, timeout=timeout).topics[topic]
-            if metadata.error is not None:
-                raise KafkaSourceError(options.redact(f"topic {topic}: {metadata.error}"))
-            for partition in sorted(metadata.partitions):
-                watermarks[(topic, partition)] = consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=timeout, cached=False)
-        return watermarks
-    except KafkaException as exc:
-        raise KafkaSourceError(options.redact(
-            f"cannot read watermarks from {options.bootstrap_servers}: {exc}")) from None
-    finally:
-        consumer.close()
+    """(low, high) watermarks of every partition of the topics read (each must exist)."""
+    _, watermarks = cluster_watermarks(options, options.topics)
+    for topic in options.topics:
+        if not any(name == topic for name, _ in watermarks):
+            raise KafkaSourceError(options.redact(
+                f"topic {topic}: not in the cluster at {options.bootstrap_servers} (or it "
+                f"has no leader yet)"))
+    return watermarks
 
 
 def fetch_topic_ends(options: KafkaReadOptions) -> dict[tuple[str, int], int]:
@@ -201,44 +255,35 @@ def fetch_topic_ends(options: KafkaReadOptions) -> dict[tuple[str, int], int]:
     lag takes it) of every partition of every user topic of the cluster, keyed by (name,
     partition) and by (topic id, partition); the internal topics (`__*`) are left out."""
     from confluent_kafka import TopicCollection
-    from confluent_kafka.admin import AdminClient
 
-    consumer_only = {"group.id", "isolation.level", *FORCED}
-    try:
-        # read_uncommitted: the high watermark, not a read_committed reader's stable offset
-        consumer = Consumer({**options.client_config("sharestate-planner"),
-                             "isolation.level": "read_uncommitted"})
-        admin = AdminClient({key: value for key, value in
-                             options.client_config("sharestate-planner").items()
-                             if key not in consumer_only})
-    except KafkaException as exc:
-        raise KafkaSourceError(options.redact(f"cannot create a Kafka client: {exc}")) from None
+    admin = admin_client(options)
     timeout = options.timeout_ms / 1000
     try:
         topics = {name: metadata for name, metadata in
-                  consumer.list_topics(timeout=timeout).topics.items()
+                  admin.list_topics(timeout=timeout).topics.items()
                   if not name.startswith("__") and metadata.error is None}
-        ids: dict[str, str] = {}
-        if topics:
-            described = admin.describe_topics(TopicCollection(sorted(topics)),
-                                              request_timeout=timeout)
-            # The client prints ids in standard base64; Kafka's records use URL-safe.
-            ids = {name: str(future.result().topic_id).replace("+", "-").replace("/", "_")
-                   for name, future in described.items()}
+        if not topics:
+            return {}
+        described = admin.describe_topics(TopicCollection(sorted(topics)),
+                                          request_timeout=timeout)
+        # The client prints ids in standard base64; Kafka's records use URL-safe.
+        ids = {name: str(future.result().topic_id).replace("+", "-").replace("/", "_")
+               for name, future in described.items()}
+        # read_uncommitted: the high watermark, not a read_committed reader's stable offset
+        asked = admin.list_offsets(
+            {TopicPartition(name, partition): NEXT_OFFSET
+             for name, metadata in topics.items() for partition in metadata.partitions},
+            isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout)
         ends = {}
-        for name, metadata in topics.items():
-            for partition in sorted(metadata.partitions):
-                _, high = consumer.get_watermark_offsets(
-                    TopicPartition(name, partition), timeout=timeout, cached=False)
-                ends[(name, partition)] = high
-                if name in ids:
-                    ends[(ids[name], partition)] = high
+        for where, future in asked.items():
+            high = future.result().offset
+            ends[(where.topic, where.partition)] = high
+            if where.topic in ids:
+                ends[(ids[where.topic], where.partition)] = high
         return ends
     except KafkaException as exc:
-        raise KafkaSourceError(options.redact(
-            f"cannot read end offsets from {options.bootstrap_servers}: {exc}")) from None
-    finally:
-        consumer.close()
+        raise source_error(options, f"cannot read end offsets from "
+                                    f"{options.bootstrap_servers}", exc) from None
 
 
 def plan_read(options: KafkaReadOptions) -> KafkaPlan:

@@ -52,7 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
                         help="a librdkafka client property, e.g. security.protocol=SASL_SSL")
     parser.add_argument("--connect-timeout", type=arguments.seconds, default=10.0,
-                        metavar="SECONDS", help="how long the cluster may take to answer first")
+                        metavar="SECONDS",
+                        help="how long each try to reach the cluster waits for an answer (it "
+                             "is tried again until it answers)")
     parser.add_argument("--dialect", type=arguments.dialect, default=None,
                         help="record schemas (default: detected per partition)")
     parser.add_argument("--semantics", choices=SEMANTICS, default=KAFKA,
@@ -75,21 +77,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until SIGTERM or SIGINT (exit 0, a last checkpoint written); exit 2 when the
-    cluster cannot be read or the checkpoint directory cannot be used (another service holds
-    it, or its checkpoint was written for another cluster or other replay settings); exit 5
-    when a partition's replay or the cluster reader fails (one line on stderr says which and
-    why; no checkpoint of the failed state is written, so a restart resumes from the last
-    good one)."""
+    """Serve until SIGTERM or SIGINT (exit 0, a last checkpoint written). A cluster that
+    cannot answer yet (no broker up, partitions without a leader, a coordinator loading) is
+    waited for, with a line each time it is tried. Exit 2 when the address cannot be
+    listened on, the cluster refuses to be read (a bad setting, not an error that passes)
+    or the checkpoint directory cannot be used (another service holds it, or its checkpoint
+    was written for another cluster or other replay settings); exit 5 when a partition's
+    replay or the cluster reader fails (one line on stderr says which and why; no checkpoint
+    of the failed state is written, so a restart resumes from the last good one)."""
     from sharestate.app.serve.checkpoint import CheckpointRefused
+    from sharestate.app.serve.http import ListenError
     from sharestate.app.serve.live_log import ReplayOptions
-    from sharestate.app.serve.service import CheckpointOptions, start
-    from sharestate.cluster import (
-        KafkaOptionError,
-        KafkaSourceError,
-        check_reachable,
-        parse_options,
-    )
+    from sharestate.app.serve.service import CheckpointOptions, Stopped, start
+    from sharestate.cluster import KafkaOptionError, KafkaSourceError, parse_options
 
     for flag, value in (("--checkpoint-records", args.checkpoint_records),
                         ("--checkpoint-seconds", args.checkpoint_seconds)):
@@ -106,8 +106,14 @@ def run(args: argparse.Namespace) -> int:
     for warning in arguments.secret_warnings(extra, "--kafka-option"):
         print(warning, file=sys.stderr)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)  # also while it waits for the cluster
+    signal.signal(signal.SIGINT, on_signal)
     try:
-        check_reachable(options, args.connect_timeout)
         service = start(options, args.listen,
                         ReplayOptions(args.dialect, args.semantics,
                                       args.snapshot_update_records),
@@ -116,19 +122,15 @@ def run(args: argparse.Namespace) -> int:
                             Path(args.checkpoint_dir),
                             args.checkpoint_records or CHECKPOINT_RECORDS,
                             CHECKPOINT_SECONDS if args.checkpoint_seconds is None
-                            else args.checkpoint_seconds))
-    except (KafkaSourceError, CheckpointRefused, OSError) as exc:
+                            else args.checkpoint_seconds),
+                        connect_timeout=args.connect_timeout, stop=stop)
+    except Stopped:
+        return exit_codes.OK
+    except (ListenError, KafkaSourceError, CheckpointRefused, OSError) as exc:
         print(f"sharestate: error: {options.redact(str(exc))}", file=sys.stderr)
         return exit_codes.USAGE
     host, port = service.address
     print(f"sharestate serve: listening on http://{host}:{port}", file=sys.stderr, flush=True)
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: Any) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     return supervise(service, stop)
 
 

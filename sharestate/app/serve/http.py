@@ -212,18 +212,35 @@ def make_answer(state: LiveState, version: str, reader_failure: Callable[[], str
     return answer
 
 
+class ListenError(Exception):
+    """The address cannot be listened on (one line: exit 2)."""
+
+
+def listening(listen: tuple[str, int]) -> socket.socket:
+    """A socket listening on `listen` (port 0: any free port); ListenError naming the
+    address when it cannot (in use, not this host's, not allowed)."""
+    host, port = listen
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=BACKLOG)
+    except OSError as exc:
+        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise ListenError(f"cannot listen on {shown}: {reason}") from None
+
+
 class _TooLarge(Exception):
     """A request head over `MAX_HEAD_BYTES` or `MAX_HEAD_LINES`."""
 
 
 class HttpServer:
-    """Serves `answer` on `listen` (see the module docstring): `start()`, then `close()`."""
+    """Serves `answer` on a `listening` socket (see the module docstring): `start()`, then
+    `close()`."""
 
-    def __init__(self, listen: tuple[str, int], answer: Callable[[bytes, tuple[str, int]], bytes],
-                 limit: int | None = None, head_timeout: float = HEAD_TIMEOUT_S) -> None:
-        host, port = listen
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.socket = socket.create_server((host, port), family=family, backlog=BACKLOG)
+    def __init__(self, listener: socket.socket,
+                 answer: Callable[[bytes, tuple[str, int]], bytes], limit: int | None = None,
+                 head_timeout: float = HEAD_TIMEOUT_S) -> None:
+        self.socket = listener
         self.socket.setblocking(False)
         self.address: tuple[str, int] = self.socket.getsockname()[:2]
         self.answer = answer
@@ -409,8 +426,8 @@ def _path(head: bytes) -> str:
     return urlsplit(words[1].decode("latin-1")).path if len(words) >= 2 else ""
 
 
-def make_server(listen: tuple[str, int], state: LiveState, version: str,
+def make_server(listener: socket.socket, state: LiveState, version: str,
                 reader_failure: Callable[[], str | None],
                 checkpointer: Checkpointer | None = None) -> HttpServer:
-    """A server (not yet serving) for `state` on `listen`; OSError when it cannot listen."""
-    return HttpServer(listen, make_answer(state, version, reader_failure, checkpointer))
+    """A server (not yet serving) for `state` on `listener`."""
+    return HttpServer(listener, make_answer(state, version, reader_failure, checkpointer))

@@ -4,30 +4,32 @@ the checkpoints and the HTTP server."""
 from __future__ import annotations
 
 import logging
+import socket
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaException
-
 from sharestate.app.serve.checkpoint import (
     Checkpointer,
-    CheckpointRefused,
     CheckpointStore,
     CheckpointUnusable,
     Restored,
     Settings,
 )
-from sharestate.app.serve.http import HttpServer, make_server
+from sharestate.app.serve.http import HttpServer, listening, make_server
 from sharestate.app.serve.live_log import PartitionCheckpoint, ReplayOptions
 from sharestate.app.serve.state import LiveState
-from sharestate.app.serve.tailer import Tailer, watermarks
-from sharestate.cluster import KafkaReadOptions, KafkaSourceError, fetch_topic_ends
+from sharestate.app.serve.tailer import Tailer
+from sharestate.cluster import KafkaReadOptions, check_reachable, fetch_topic_ends
+from sharestate.cluster.kafka_plan import ClusterNotReady, cluster_watermarks
 from sharestate.log.discovery import INTERNAL_TOPICS
 
 LOG = logging.getLogger("sharestate.serve")
 
 Where = tuple[str, int]
+RETRY_FIRST_S = 1.0
+RETRY_MAX_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -77,47 +79,63 @@ def reader_failure(tailer: Tailer) -> str | None:
     return "the cluster reader stopped"
 
 
+class Stopped(Exception):
+    """The service was asked to stop while it waited for the cluster."""
+
+
 def start(options: KafkaReadOptions, listen: tuple[str, int], replay: ReplayOptions,
           *, retention_minutes: int, version: str,
-          checkpoints: CheckpointOptions | None = None) -> Service:
-    """Plan the partitions from the cluster, resume from the checkpoint if there is one,
-    start reading and serve on `listen`. Raises KafkaSourceError when the cluster cannot
-    be read, CheckpointRefused when the checkpoint directory cannot be used."""
-    timeout = options.timeout_ms / 1000
-    try:
-        probe = Consumer(options.client_config("sharestate-serve-planner"))
-        try:
-            cluster_id, ranges = watermarks(probe, INTERNAL_TOPICS, timeout)
-        finally:
-            probe.close()
-    except KafkaException as exc:
-        raise KafkaSourceError(options.redact(f"cannot read the internal topics' end offsets "
-                                              f"from {options.bootstrap_servers}: {exc}")
-                               ) from None
+          checkpoints: CheckpointOptions | None = None, connect_timeout: float = 10.0,
+          stop: threading.Event | None = None) -> Service:
+    """Listen on `listen`, plan the partitions from the cluster (`wait_for_cluster`), resume
+    from the checkpoint if there is one, start reading and serve. Raises ListenError when
+    the address cannot be listened on, KafkaSourceError when the cluster cannot be read
+    (not for errors that pass: those are waited out), CheckpointRefused when the checkpoint
+    directory cannot be used, Stopped when `stop` is set while it waits."""
+    listener = listening(listen)
     store: CheckpointStore | None = None
-    restored: dict[Where, PartitionCheckpoint] = {}
-    if checkpoints is not None:
-        store = CheckpointStore(checkpoints.directory, Settings(
-            cluster_id, replay.semantics, replay.dialect,
-            replay.snapshot_update_records_per_snapshot))
-        store.lock()
-        try:
-            restored = _resumable(store.load(), ranges)
-        except CheckpointUnusable as exc:
-            LOG.warning("%s: replaying from the log start", exc)
-        except CheckpointRefused:
-            store.close()
-            raise
     try:
-        return _serve(options, listen, replay, ranges, restored, store, checkpoints,
+        cluster_id, ranges = wait_for_cluster(options, connect_timeout,
+                                              stop or threading.Event())
+        restored: dict[Where, PartitionCheckpoint] = {}
+        if checkpoints is not None:
+            store = CheckpointStore(checkpoints.directory, Settings(
+                cluster_id, replay.semantics, replay.dialect,
+                replay.snapshot_update_records_per_snapshot))
+            store.lock()
+            try:
+                restored = _resumable(store.load(), ranges)
+            except CheckpointUnusable as exc:
+                LOG.warning("%s: replaying from the log start", exc)
+        return _serve(options, listener, replay, ranges, restored, store, checkpoints,
                       retention_minutes=retention_minutes, version=version)
     except BaseException:
+        listener.close()
         if store is not None:
             store.close()
         raise
 
 
-def _serve(options: KafkaReadOptions, listen: tuple[str, int], replay: ReplayOptions,
+def wait_for_cluster(options: KafkaReadOptions, timeout_s: float, stop: threading.Event
+                     ) -> tuple[str, dict[Where, tuple[int, int]]]:
+    """The cluster's id and the internal topics' watermarks, once the cluster answers them.
+    Errors that pass (`ClusterNotReady`: no broker answering within `timeout_s`, a partition
+    without a leader yet, a coordinator loading) are logged and waited out, trying again
+    after 1 s, then twice as long each time up to `RETRY_MAX_S`; Stopped when `stop` is
+    set meanwhile."""
+    delay = RETRY_FIRST_S
+    while True:
+        try:
+            check_reachable(options, timeout_s)
+            return cluster_watermarks(options, INTERNAL_TOPICS)
+        except ClusterNotReady as exc:
+            LOG.warning("%s; trying again in %g s", exc, delay)
+        if stop.wait(delay):
+            raise Stopped()
+        delay = min(delay * 2, RETRY_MAX_S)
+
+
+def _serve(options: KafkaReadOptions, listener: socket.socket, replay: ReplayOptions,
            ranges: Mapping[Where, tuple[int, int]], restored: dict[Where, PartitionCheckpoint],
            store: CheckpointStore | None, checkpoints: CheckpointOptions | None, *,
            retention_minutes: int, version: str) -> Service:
@@ -130,7 +148,7 @@ def _serve(options: KafkaReadOptions, listen: tuple[str, int], replay: ReplayOpt
     checkpointer = None if store is None or checkpoints is None else Checkpointer(
         store, state, records=checkpoints.records, seconds=checkpoints.seconds,
         version=version)
-    server = make_server(listen, state, version, lambda: reader_failure(tailer),
+    server = make_server(listener, state, version, lambda: reader_failure(tailer),
                          checkpointer)
     tailer.start()
     if checkpointer is not None:

@@ -19,9 +19,11 @@ from confluent_kafka import (
     Message,
     TopicPartition,
 )
+from confluent_kafka.admin import AdminClient
 
 from sharestate.app.serve.live_log import Consumed, PartitionReplay
 from sharestate.cluster import KafkaReadOptions, KafkaSourceError
+from sharestate.cluster.kafka_plan import admin_client
 from sharestate.cluster.kafka_read import TIMESTAMP_TYPES
 from sharestate.log.batch import NO_TIMESTAMP_TYPE
 from sharestate.log.discovery import INTERNAL_TOPICS
@@ -42,27 +44,17 @@ Partitions = Mapping[tuple[str, int], PartitionReplay]
 AddPartitions = Callable[[list[tuple[str, int]]], Partitions]
 
 
-def watermarks(consumer: Consumer, topics: tuple[str, ...], timeout_s: float
-               ) -> tuple[str, dict[tuple[str, int], tuple[int, int]]]:
-    """The cluster's id and the (low, high) watermarks of every partition of `topics`
-    (absent topics have none)."""
-    ranges: dict[tuple[str, int], tuple[int, int]] = {}
-    metadata = consumer.list_topics(timeout=timeout_s)
-    for topic in topics:
-        if topic not in metadata.topics or metadata.topics[topic].error is not None:
-            continue
-        for partition in sorted(metadata.topics[topic].partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
-                                                       timeout=timeout_s, cached=False)
-            ranges[(topic, partition)] = (low, high)
-    return str(metadata.cluster_id), ranges
-
-
 class Tailer(threading.Thread):
     """Reads the partitions of `replays` from `starts` (default: the beginning) and feeds
     them; a partition's end, once reached, is fed as an end mark. Every `NEW_PARTITIONS_S`
     it looks for internal-topic partitions that appeared, has `add` make their replays
-    and reads them from their log start."""
+    and reads them from their log start.
+
+    A consumer belongs to a group, and looking up its coordinator makes the broker create
+    `__consumer_offsets`: on a cluster where no group was ever used (neither internal topic
+    exists: a share group's records are kept in `__consumer_offsets` too) the tailer makes
+    no consumer, only watches for the topics with an admin client, until a group creates
+    them."""
 
     def __init__(self, options: KafkaReadOptions, replays: Partitions,
                  starts: Mapping[tuple[str, int], int] | None = None,
@@ -74,25 +66,34 @@ class Tailer(threading.Thread):
         self.add = add
         self.stopping = threading.Event()
         self.failure: str | None = None
-        # earliest: a position the log start has passed (records deleted below Kafka's
-        # prune point) resumes at the log start, never at its end
-        self.consumer = Consumer({**CONSUMER_DEFAULTS, **options.client_config("sharestate-serve"),
-                                  "enable.partition.eof": "true",
-                                  "auto.offset.reset": "earliest"})
+        self.consumer: Consumer | None = None
 
     def run(self) -> None:
         try:
+            if self.add is not None and not self.replays:
+                self._await_internal_topics()
+                if self.stopping.is_set():
+                    return
+            # earliest: a position the log start has passed (records deleted below Kafka's
+            # prune point) resumes at the log start, never at its end
+            consumer = self.consumer = Consumer({
+                **CONSUMER_DEFAULTS, **self.options.client_config("sharestate-serve"),
+                "enable.partition.eof": "true", "auto.offset.reset": "earliest"})
             # the partitions' leaders known before they are assigned: an assigned partition
-            # without one waits librdkafka's 500 ms offset-query retry
-            for topic in sorted({topic for topic, _ in self.replays}):
-                self.consumer.list_topics(topic, timeout=self.options.timeout_ms / 1000)
-            self.consumer.assign([TopicPartition(t, p, self.starts.get((t, p), OFFSET_BEGINNING))
-                                  for t, p in sorted(self.replays)])
+            # without one waits librdkafka's 500 ms offset-query retry (only a head start:
+            # a cluster that does not answer now is read once it does)
+            try:
+                for topic in sorted({topic for topic, _ in self.replays}):
+                    consumer.list_topics(topic, timeout=self.options.timeout_ms / 1000)
+            except KafkaException as exc:
+                LOG.warning("%s", self.options.redact(f"reading the cluster's metadata: {exc}"))
+            consumer.assign([TopicPartition(t, p, self.starts.get((t, p), OFFSET_BEGINNING))
+                             for t, p in sorted(self.replays)])
             look = time.monotonic() + NEW_PARTITIONS_S
             while not self.stopping.is_set():
-                self._feed(self._next())
+                self._feed(self._next(consumer))
                 if self.add is not None and time.monotonic() >= look:
-                    self._pick_up_new_partitions()
+                    self._pick_up_new_partitions(consumer)
                     look = time.monotonic() + NEW_PARTITIONS_S
         except (KafkaException, KafkaSourceError) as exc:
             self.failure = self.options.redact(f"reading the cluster: {exc}")
@@ -101,41 +102,57 @@ class Tailer(threading.Thread):
             self.failure = self.options.redact(f"internal error: {exc!r}")
             LOG.exception("the cluster reader failed")
         finally:
-            self.consumer.close()
+            if self.consumer is not None:
+                self.consumer.close()
 
-    def _pick_up_new_partitions(self) -> None:
-        """Read the internal topics' partitions the cluster has and the tailer does not,
-        from their log start (a cluster that does not answer now is asked again later)."""
-        assert self.add is not None
-        found: list[tuple[str, int]] = []
-        try:
-            for topic in INTERNAL_TOPICS:
-                described = self.consumer.list_topics(
-                    topic, timeout=self.options.timeout_ms / 1000).topics.get(topic)
-                if described is not None and described.error is None:
-                    found.extend((topic, p) for p in described.partitions
-                                 if (topic, p) not in self.replays)
-            if not found:
+    def _await_internal_topics(self) -> None:
+        """Every `NEW_PARTITIONS_S`, look for the internal topics' partitions, until some
+        appeared (their replays added) or the tailer stops."""
+        admin = admin_client(self.options)
+        while not self.stopping.wait(NEW_PARTITIONS_S):
+            if self._add_new_partitions(admin):
                 return
-            added = self.add(sorted(found))
-            self.replays.update(added)
-            self.consumer.incremental_assign([TopicPartition(t, p, OFFSET_BEGINNING)
-                                              for t, p in sorted(added)])
+
+    def _pick_up_new_partitions(self, consumer: Consumer) -> None:
+        """Read the internal topics' partitions the cluster has and the tailer does not,
+        from their log start."""
+        added = self._add_new_partitions(consumer)
+        if added:
+            consumer.incremental_assign([TopicPartition(t, p, OFFSET_BEGINNING)
+                                              for t, p in added])
+
+    def _add_new_partitions(self, client: Consumer | AdminClient) -> list[tuple[str, int]]:
+        """The internal topics' partitions the cluster has and the tailer did not, their
+        replays added (none when the cluster does not answer now: it is asked again later)."""
+        assert self.add is not None
+        try:
+            topics = client.list_topics(timeout=self.options.timeout_ms / 1000).topics
         except KafkaException as exc:
             LOG.warning("%s", self.options.redact(f"looking for new partitions: {exc}"))
-            return
+            return []
+        found = sorted((topic, partition) for topic in INTERNAL_TOPICS
+                       if (described := topics.get(topic)) is not None
+                       and described.error is None for partition in described.partitions
+                       if (topic, partition) not in self.replays)
+        if not found:
+            return []
+        new = self.add(found)
+        self.replays.update(new)
+        added = sorted(new)
         LOG.info("reading %d new partitions from their log start: %s", len(added),
-                 ", ".join(f"{t}-{p}" for t, p in sorted(added)))
+                 ", ".join(f"{t}-{p}" for t, p in added))
+        return added
 
-    def _next(self) -> list[Message]:
+    @staticmethod
+    def _next(consumer: Consumer) -> list[Message]:
         """What the consumer holds now (up to `CONSUME_MESSAGES`: big chunks while catching
         up); when it holds nothing, the first message to arrive within `POLL_TIMEOUT_S` and
         what came with it (a live record is applied as soon as it is fetched)."""
-        messages = self.consumer.consume(CONSUME_MESSAGES, 0)
+        messages = consumer.consume(CONSUME_MESSAGES, 0)
         if not messages:
-            messages = self.consumer.consume(1, POLL_TIMEOUT_S)
+            messages = consumer.consume(1, POLL_TIMEOUT_S)
             if messages:
-                messages += self.consumer.consume(CONSUME_MESSAGES - 1, 0)
+                messages += consumer.consume(CONSUME_MESSAGES - 1, 0)
         return messages
 
     def _feed(self, messages: list[Message]) -> None:
