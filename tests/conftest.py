@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,8 @@ from kafka_workload import Workload, run_release_workload, run_workload
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from sharestate.simulate import SimulationResult
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE_ENV = "SHARESTATE_CONFORMANCE_DIR"
@@ -85,6 +88,42 @@ def kafka_releases(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
             yield {version: pool.submit(start, version) for version in versions}
         finally:
             pool.shutdown(wait=True)  # then the workloads' clients close, the brokers stop
+
+
+@dataclass(frozen=True)
+class SimulatedWarehouse:
+    """A small simulated cluster's logs (data topics included), what the simulator wrote,
+    and the warehouse the whole pipeline made of them."""
+
+    logs: Path
+    result: SimulationResult
+    warehouse: Path
+    end_offsets: Path
+
+
+@pytest.fixture(scope="session")
+def simulated_warehouse(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+                        ) -> SimulatedWarehouse:
+    """Two groups on two topics of two partitions, an orphaned share-partition, the data
+    topics' segments: the pipeline run with the end offsets now (the simulator's file) and
+    through time (the data topics' segments). Tests that change it work on a copy."""
+    from sharestate.simulate import SimulationConfig, simulate
+    from sharestate.simulate.simulator import END_OFFSETS_FILE
+    from sharestate.spark.run import parser, run
+
+    logs = tmp_path_factory.mktemp("simulated-logs")
+    result = simulate(SimulationConfig(records=3000, seed=11, groups=2, topics=2, partitions=2,
+                                       state_partitions=2, offsets_partitions=1,
+                                       batch_records=8, cold_interval_ms=60_000,
+                                       orphaned_state=True, data_topics=True), logs)
+    warehouse = tmp_path_factory.mktemp("simulated-warehouse")
+    common = ["--warehouse", str(warehouse), "--delivery-limit", "5"]
+    assert run(parser().parse_args(["--source", str(logs), *common]),
+               ("ingest", "decode", "replay")) in (0, 1)
+    assert run(parser().parse_args([*common, "--end-offsets", str(logs / END_OFFSETS_FILE),
+                                    "--end-offsets-from", str(logs)]),
+               ("analytics",)) == 1  # the orphan
+    return SimulatedWarehouse(logs, result, warehouse, logs / END_OFFSETS_FILE)
 
 
 @pytest.fixture(scope="session")

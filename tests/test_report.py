@@ -1,14 +1,14 @@
 """`sharestate report`: one self-contained HTML page, rendered in headless Chromium.
 
-A small simulated cluster goes through the pipeline (with a file of end offsets, so exact
-lag shows) and the quality gate; the page is rendered in Chromium (Debian's `chromium` and
-`chromium-driver`, driven by selenium), checked for console errors and charts, and a
-screenshot is written next to it (`report.png` in the test's temporary folder, printed).
+A small simulated cluster goes through the pipeline (with its end offsets now and its data
+topics' segments, so exact lag shows now and over time) and the quality gate; the page is
+rendered in Chromium (Debian's `chromium` and `chromium-driver`, driven by selenium),
+checked for console errors and charts, and a screenshot is written next to it (`report.png`
+in the test's temporary folder, printed).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -18,16 +18,14 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from conftest import SimulatedWarehouse
 
 from sharestate.app.cli import main as cli
 from sharestate.app.report.data import QUERIES, ReportData
 from sharestate.app.report.page import render
-from sharestate.lake import open_lake
 from sharestate.quality import load_config
-from sharestate.simulate import SimulationConfig, simulate
 from sharestate.spark.jobs.warehouse import Warehouse
 from sharestate.spark.quality_job import quality
-from sharestate.spark.run import parser, run
 
 pytestmark = pytest.mark.slow
 
@@ -39,26 +37,10 @@ CHARTS = 5
 
 
 @pytest.fixture(scope="module")
-def warehouse(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A simulated warehouse with exact end offsets, an orphan warning and gate results."""
-    logs = tmp_path_factory.mktemp("logs")
-    simulate(SimulationConfig(records=3000, seed=11, groups=2, topics=2, partitions=2,
-                              state_partitions=2, offsets_partitions=1, batch_records=8,
-                              cold_interval_ms=60_000, orphaned_state=True), logs)
-    root = tmp_path_factory.mktemp("warehouse")
-    common = ["--warehouse", str(root), "--delivery-limit", "5"]
-    assert run(parser().parse_args(["--source", str(logs), *common]),
-               ("ingest", "decode", "replay")) in (0, 1)
-    ends: dict[tuple[str, int], int] = {}
-    for s in open_lake(spark).read(root / "share_partition_state").collect():
-        last = max([b["last_offset"] for b in s["state_batches"] or []] + [s["start_offset"]])
-        key = (s["topic_id"], s["partition"])  # end offsets are per topic-partition
-        ends[key] = max(ends.get(key, 0), last + 40)
-    end_file = root.parent / "end-offsets.json"
-    end_file.write_text(json.dumps([{"topic": t, "partition": p, "end_offset": e}
-                                    for (t, p), e in ends.items()]), encoding="utf-8")
-    assert run(parser().parse_args([*common, "--end-offsets", str(end_file)]),
-               ("analytics",)) == 1  # the orphan warning is a finding
+def warehouse(spark: Any, simulated_warehouse: SimulatedWarehouse) -> Path:
+    """The simulated warehouse (exact end offsets now and through time, an orphan warning)
+    with quality-gate results."""
+    root = simulated_warehouse.warehouse
     # The gate's results for two suites (the whole gate runs in test_quality_gate.py).
     quality(spark, Warehouse(root), run_id="gate", config=load_config(),
             tables=["audit_findings", "share_group_lag"], docs=False)
@@ -79,10 +61,27 @@ def test_report_command_writes_a_self_contained_page(page: Path) -> None:
     assert not re.search(r"<(script|link|img)[^>]+(src|href)=\"https?:", text)
     assert text.count('class="plotly-graph-div"') == CHARTS
     assert "quality gate passed (1 warning)" in text
-    assert "lag now exact (end offsets given), over time a lower bound" in text
+    assert "lag now exact, and over time" in text
     assert 'id="quality"' in text and "sharestate_quality" not in text
     assert "inputs covered: <span><b>__consumer_offsets</b>" in text
     assert "orphaned_state" in text and "Needs attention" in text
+
+
+def test_both_lag_panels_rank_the_groups_alike(spark: Any, warehouse: Path) -> None:
+    """Over time the lag is exact (the data topics' segments), so its last point ranks the
+    groups as the lag now does (it was a lower bound whose ranking could be reversed)."""
+    from sharestate.app.report.charts import group_colors, lag_over_time
+    from sharestate.app.report.data import load
+
+    frames = load(spark, str(warehouse)).frames
+    series, current = frames["lag_over_time"], frames["current_lag"]
+    assert series["exact"].astype(bool).all()
+    figure = lag_over_time(series, current, group_colors(current["group_id"]))
+    assert figure is not None
+    last = {t.name: t.y[-1] for t in figure.data if t.type == "scatter"}
+    (bars,) = [t for t in figure.data if t.type == "bar"]
+    now = dict(zip(bars.x, bars.y, strict=True))
+    assert sorted(last, key=last.__getitem__) == sorted(now, key=now.__getitem__)
 
 
 def test_report_without_tables_exits_2(tmp_path: Path) -> None:
@@ -130,6 +129,15 @@ def test_page_renders_in_chromium(page: Path, tmp_path: Path) -> None:
                     badges: [...document.querySelectorAll('.badge')].map(
                         b => b.className + ':' + b.textContent),
                     height: document.body.scrollHeight}""")
+        # the lag chart as drawn: each group's last point over time, and its bar now
+        drawn_lag = browser.execute_script("""
+            const chart = document.querySelectorAll('.plotly-graph-div')[0];
+            const last = {}, now = {};
+            chart.data.filter(t => t.type === 'scatter' && t.fill !== 'tozeroy')
+                .forEach(t => { const y = Array.from(t.y); last[t.name] = y[y.length - 1]; });
+            const bars = chart.data.find(t => t.type === 'bar');
+            Array.from(bars.x).forEach((g, i) => { now[g] = Array.from(bars.y)[i]; });
+            return {last: last, now: now};""")
         errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
         browser.set_window_size(1440, int(counts["height"]) + 40)
         screenshot = page.with_suffix(".png")
@@ -144,6 +152,9 @@ def test_page_renders_in_chromium(page: Path, tmp_path: Path) -> None:
     assert counts["charts"] == CHARTS
     assert counts["drawn"] >= CHARTS and counts["marks"] > 20
     assert "badge green:no errors" in counts["badges"]
+    last, now = drawn_lag["last"], drawn_lag["now"]
+    assert len(last) == 2 and set(last) == set(now)
+    assert sorted(last, key=last.__getitem__) == sorted(now, key=now.__getitem__)
     assert any(b.startswith("badge amber:") and "warning" in b for b in counts["badges"])
     assert screenshot.stat().st_size > 50_000
 
@@ -170,37 +181,90 @@ def _frames(**given: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return frames
 
 
-def test_lag_history_and_exact_lag_do_not_share_an_axis() -> None:
-    """The history is a lower bound of tens of records, the exact lag now 1.2 M: on one axis
-    the history was a flat line at zero. Separate panels; what is a lower bound says so."""
-    from sharestate.app.report.charts import lag_over_time
+def _series(group: str, lags: list[int], lower: list[bool]) -> pd.DataFrame:
+    return pd.DataFrame({"group_id": [group] * len(lags),
+                         "time_ms": [1_000 * (i + 1) for i in range(len(lags))], "lag": lags,
+                         "exact": [not flag for flag in lower], "lower_bound": lower,
+                         "partitions": [3] * len(lags)})
 
-    series = pd.DataFrame({"group_id": ["g1"] * 3 + ["g2"] * 3, "bucket": [0, 1, 2] * 2,
-                           "time_ms": [1_000, 2_000, 3_000] * 2, "lag": [12, 40, 25, 3, 7, 9],
-                           "partitions": [3] * 6})
+
+def test_lag_over_time_hatches_only_the_lower_bound_stretches() -> None:
+    from sharestate.app.report.charts import group_colors, lag_over_time
+
+    series = pd.concat([_series("g1", [12, 40, 25, 30, 31], [False, True, True, False, False]),
+                        _series("g2", [3, 7, 9], [False, False, False])])
     current = pd.DataFrame({"group_id": ["g1", "g2"], "lag": [1_200_000, 35],
                             "time_ms": [3_000, 3_000], "lower_bound": [False, True],
                             "partitions": [3, 3]})
-    figure = lag_over_time(series, current)
+    colors = group_colors(series["group_id"], current["group_id"])
+    figure = lag_over_time(series, current, colors)
     assert figure is not None
-    history = [t for t in figure.data if t.type == "scatter"]
-    now = [t for t in figure.data if t.type != "scatter"]
-    assert {t.name for t in history} == {"g1 (lower bound)", "g2 (lower bound)"}
-    assert {t.yaxis for t in history} == {"y"} and {t.yaxis for t in now} == {"y2"}
-    assert list(now[0].text) == ["1,200,000", "≥ 35"]  # the lower bound is marked as one
-    layout = figure.layout
-    assert "lower bound" in layout.yaxis.title.text or "at least" in layout.yaxis.title.text
+    lines = [t for t in figure.data if t.type == "scatter" and t.fill != "tozeroy"]
+    hatched = [t for t in figure.data if t.type == "scatter" and t.fill == "tozeroy"]
+    assert [t.name for t in lines] == ["g1", "g2"]
+    # one hatched stretch: g1's two lower-bound points, from the exact point before them
+    assert [(t.name, list(t.y)) for t in hatched] == [("g1 (lower bound)", [12, 40, 25])]
+    assert hatched[0].fillpattern.shape == "/"
+    (now,) = [t for t in figure.data if t.type == "bar"]
+    assert list(now.text) == ["1,200,000", "≥ 35"]  # the lower bound is marked as one
+    assert list(now.marker.pattern.shape) == ["", "/"]
+    assert [t.line.color for t in lines] == list(now.marker.color)  # one colour per group
+    assert {t.yaxis for t in lines} == {"y"} and now.yaxis == "y2"
 
 
 def test_lag_badge_never_calls_a_lower_bound_exact() -> None:
     current = pd.DataFrame({"group_id": ["g1", "g2"], "lag": [5, 7], "time_ms": [0, 0],
                             "lower_bound": [False, False], "partitions": [1, 1]})
-    page = render(ReportData("/wh", 0, frames=_frames(current_lag=current)))
-    assert "lag now exact (end offsets given), over time a lower bound" in page
-    assert ">lag exact" not in page
+    exact = _series("g1", [1, 2], [False, False])
+    page = render(ReportData("/wh", 0, frames=_frames(current_lag=current,
+                                                      lag_over_time=exact)))
+    assert "lag now exact, and over time" in page
     mixed = current.assign(lower_bound=[False, True])
-    page = render(ReportData("/wh", 0, frames=_frames(current_lag=mixed)))
-    assert "lag now exact for 1 of 2 groups, else a lower bound" in page
+    partly = _series("g1", [1, 2, 3], [False, True, False])
+    page = render(ReportData("/wh", 0, frames=_frames(current_lag=mixed,
+                                                      lag_over_time=partly)))
+    assert "lag now exact for 1 of 2 groups; over time exact but 1 of 3 points (hatched)" \
+        in page
+    bound = _series("g1", [1], [True])
+    page = render(ReportData("/wh", 0, frames=_frames(current_lag=mixed.assign(
+        lower_bound=[True, True]), lag_over_time=bound)))
+    assert "lag now a lower bound; over time a lower bound" in page
+
+
+def test_delivery_counts_are_on_a_log_scale() -> None:
+    from sharestate.app.report.charts import delivery_histogram
+
+    counts = pd.DataFrame({"delivery_count": [1, 1, 3, 5], "delivery_state": [0, 2, 0, 4],
+                           "records": [90_000, 5_000, 4, 2]})
+    figure = delivery_histogram(counts)
+    assert figure is not None and figure.layout.yaxis.type == "log"
+    assert figure.layout.barmode == "group"  # stacked bars on a log axis would mislead
+
+
+def test_offset_history_is_one_panel_per_group_with_aborted_marks() -> None:
+    from sharestate.app.report.charts import group_colors, offset_history
+
+    rows = []
+    for number in range(12):
+        group = f"cg-{number:02d}"
+        for partition in (0, 1):
+            rows += [{"group_id": group, "topic": "t", "partition": partition,
+                      "record_offset": i, "event": "applied", "committed_offset": 10 * i,
+                      "time_ms": 1_000 * i, "txn_outcome": None} for i in range(3)]
+    rows.append({"group_id": "cg-03", "topic": "t", "partition": 0, "record_offset": 9,
+                 "event": "aborted", "committed_offset": 99, "time_ms": 9_000,
+                 "txn_outcome": "ABORT"})
+    offsets = pd.DataFrame(rows)
+    colors = group_colors(offsets["group_id"])
+    figure = offset_history(offsets, colors, 14)
+    assert figure is not None
+    titles = [a.text for a in figure.layout.annotations]
+    assert titles[:12] == [f"cg-{n:02d}" for n in range(12)] and "and 2 more groups" in titles
+    (aborted,) = [t for t in figure.data if t.name == "aborted transactional commit"]
+    assert list(aborted.y) == [99] and aborted.marker.symbol == "x"
+    assert aborted.xaxis == "x4"  # in cg-03's panel
+    lines = [t for t in figure.data if t.name.startswith("cg-03")]
+    assert len(lines) == 2 and {t.line.color for t in lines} == {colors["cg-03"]}
 
 
 def test_age_is_not_frozen_into_the_page() -> None:

@@ -347,7 +347,8 @@ def cmd_offsets(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    """Simulate share groups driving the share coordinator; write both topics' segments."""
+    """Simulate share groups driving the share coordinator; write both internal topics'
+    segments and the data topics' (their end offsets through time, for the lag history)."""
     config = SimulationConfig(
         records=args.records, seed=args.seed, groups=args.groups, topics=args.topics,
         partitions=args.partitions, state_partitions=args.state_partitions,
@@ -355,7 +356,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         batch_records=args.batch_records, linger_ms=args.linger_ms,
         snapshot_limit=args.snapshot_limit, cold_interval_ms=args.cold_interval_ms,
         dialect=args.dialect, orphaned_state=args.orphaned_state,
-        stuck_deleting=args.stuck_deleting, poison_rate=args.poison_rate)
+        stuck_deleting=args.stuck_deleting, poison_rate=args.poison_rate, data_topics=True)
     try:
         result = simulate(config, args.out)
     except (ValueError, OSError) as exc:

@@ -102,7 +102,8 @@ def run_demo(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     say(f"simulated: {result.summary_line()}")
     status = run(parser().parse_args(["--source", str(logs), "--warehouse", str(warehouse),
                                       "--delivery-limit", str(DELIVERY_LIMIT),
-                                      "--end-offsets", str(ends),
+                                      "--end-offsets", str(ends), "--end-offsets-from",
+                                      str(logs),
                                       *(["--verbose"] if args.verbose else [])]),
                  (*JOBS, QUALITY))
     phase("summary")

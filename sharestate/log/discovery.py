@@ -47,6 +47,9 @@ _SEGMENT_FILE = re.compile(r"(?P<base>[0-9]{20})\.log(?:\.gz)?")
 _KAFKA_ASIDE = re.compile(r"\S+-\S+\.\S+-(?:delete|future|stray)")
 """Kafka's names for a partition's folder being deleted, moved to another log dir, or left
 stray (`<topic>-<partition>.<id>-delete`): not the partition's log."""
+OTHER_TOPICS = ("partition directories of other topics in a log.dirs root; name one as a "
+                "source to read it")
+"""Why a log.dirs root's data topic partitions are passed over (`discover`'s `say`)."""
 
 
 class SourceError(Exception):
@@ -210,8 +213,7 @@ class _Walk:
             elif _KAFKA_ASIDE.fullmatch(entry.name):
                 self.pass_over(entry, "Kafka's folders of deleted, moving or stray partitions")
             elif partitions and _other_topics_partition(entry.name, self.topics):
-                self.pass_over(entry, "partition directories of other topics in a log.dirs "
-                                      "root; name one as a source to read it")
+                self.pass_over(entry, OTHER_TOPICS)
             else:
                 self.folder(entry)
 

@@ -42,6 +42,9 @@ class SimulationConfig:
     poison_rate: float = 0.0
     """Fraction of produced records no consumer can process (the same ones for every group):
     released on each delivery until Kafka archives them at the delivery limit."""
+    data_topics: bool = False
+    """Write the data topics' partitions too (`data_writer`): their end offsets through
+    time for the lag history, offline."""
 
     def check(self) -> None:
         """Raise ValueError for settings that cannot be simulated."""
@@ -89,6 +92,9 @@ class SimulationResult:
     """Requests by operation (and `op:errorNN` for refused ones)."""
     end_offsets: list[dict[str, object]] = field(default_factory=list)
     """The user topics' end offsets at the end: {topic, topic_id, partition, end_offset}."""
+    data_ends: dict[tuple[str, int], list[tuple[int, int]]] = field(default_factory=dict)
+    """With `data_topics`: (topic id, partition) -> (append time, end offset after the
+    records appended then), in time order, for every topic that existed."""
 
     def write_end_offsets(self, path: str | Path) -> Path:
         """The end offsets as the `--end-offsets` JSON file the pipeline's lag reads."""
@@ -117,8 +123,9 @@ delivery limit the demo runs with)."""
 
 def demo_config(records: int, seed: int) -> SimulationConfig:
     """The demo's world (`make demo`, the class archive's run): three of everything, lz4,
-    cold snapshots, poison records, an orphaned share-partition and a topic stuck deleting."""
+    cold snapshots, poison records, an orphaned share-partition, a topic stuck deleting,
+    and the data topics' partitions."""
     return SimulationConfig(records=records, seed=seed, groups=3, topics=3, partitions=3,
                             state_partitions=3, offsets_partitions=2, batch_records=8,
                             codec="lz4", cold_interval_ms=60_000, orphaned_state=True,
-                            stuck_deleting=True, poison_rate=DEMO_POISON_RATE)
+                            stuck_deleting=True, poison_rate=DEMO_POISON_RATE, data_topics=True)

@@ -53,6 +53,7 @@ from sharestate.persister.responses import Result
 from sharestate.persister.state_topic import ShareStateTopic
 from sharestate.persister.writer_rules import writer_rules_for
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
+from sharestate.simulate.data_writer import DataTopics
 from sharestate.simulate.offsets_writer import Commit, ConsumerOffsetsWriter, TopicPartitions
 from sharestate.simulate.share_leader import (
     ACCEPT,
@@ -143,6 +144,7 @@ class _Simulation:
             config=PersisterConfig(config.snapshot_limit, config.cold_interval_ms),
             metadata=self.metadata, clock=lambda: self.now)
         self.offsets = ConsumerOffsetsWriter(self.logs, config.dialect, config.offsets_partitions)
+        self.data = DataTopics(root, config.segment_bytes) if config.data_topics else None
         self.topics: list[_Topic] = []
         self.topic_by_id: dict[str, _Topic] = {}
         self.groups: list[_ShareGroup] = []
@@ -241,6 +243,10 @@ class _Simulation:
         self.topics.append(topic)
         self.topic_by_id[topic.topic_id] = topic
         self.metadata.add_topic(topic.topic_id, len(log_ends))
+        if self.data is not None:  # what the topic holds already, appended just before
+            self.data.create(name, topic.topic_id, len(log_ends))
+            for p, end in enumerate(log_ends):
+                self.data.produce(name, p, 0, end, self.now - 1)
         return topic
 
     def initialize_topic(self, group: _ShareGroup, topic: _Topic, orphan: bool = False) -> None:
@@ -317,7 +323,11 @@ class _Simulation:
         if random() < 0.9:
             log_ends = self.topic_by_id[key.topic_id].log_ends
             if leader.end >= log_ends[key.partition]:
-                log_ends[key.partition] += 1 + int(random() * 49)
+                produced = 1 + int(random() * 49)
+                if self.data is not None:
+                    self.data.produce(self.topic_by_id[key.topic_id].name, key.partition,
+                                      log_ends[key.partition], produced, now)
+                log_ends[key.partition] += produced
             leader.acquire(now, 1 + int(random() * 39), log_ends[key.partition],
                            self.config.max_in_flight, self.config.lock_timeout_ms)
         if batches:
@@ -484,6 +494,8 @@ class _Simulation:
         for group in affected:
             del group.deleting[topic.topic_id]
             self.write_group_partitions(group)
+        if self.data is not None:
+            self.data.delete(topic.name, len(topic.log_ends))
         replacement = self.add_topic(topic.name, [0] * len(topic.log_ends))
         for group in self.groups:
             self.initialize_topic(group, replacement)
@@ -571,6 +583,8 @@ def simulate(config: SimulationConfig, out: str | Path) -> SimulationResult:
     sim.setup()
     sim.run()
     sim.logs.close()
+    if sim.data is not None:
+        sim.data.close()
     seconds = time.perf_counter() - started
     state_logs = [log for (topic, _), log in sim.logs.logs.items() if topic == SHARE_STATE_TOPIC]
     result = SimulationResult(
@@ -584,6 +598,7 @@ def simulate(config: SimulationConfig, out: str | Path) -> SimulationResult:
         expected_offsets=dict(sim.offsets.expected_offsets), operations=sim.operations,
         end_offsets=[{"topic": t.name, "topic_id": t.topic_id, "partition": p,
                       "end_offset": end} for t in sim.topics
-                     for p, end in enumerate(t.log_ends)])
+                     for p, end in enumerate(t.log_ends)],
+        data_ends=sim.data.ends if sim.data is not None else {})
     result.write_end_offsets(root / END_OFFSETS_FILE)
     return result

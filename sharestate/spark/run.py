@@ -31,6 +31,7 @@ from sharestate.lake.integrity import DamagedTable, check_warehouse
 from sharestate.lake.lease import LeaseError, warehouse_lease
 from sharestate.locations import URI, location
 from sharestate.log import DEFAULT_MAX_BATCH_RECORDS, ReadLimits, SourceError, discover
+from sharestate.log.discovery import OTHER_TOPICS
 from sharestate.replay.logs import AsOf
 from sharestate.tables.gold_pass import GoldOptions
 
@@ -85,6 +86,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help='JSON file of topic end offsets for the lag: '
                         '[{"topic": name-or-id, "partition": p, "end_offset": n}, ...] '
                         '(default with a kafka:// source: the cluster\'s, read at the start)')
+    p.add_argument("--end-offsets-from", action="append", default=[], metavar="SOURCE",
+                   type=location,
+                   help="where the data topics' end offsets through time come from, for the "
+                        "lag history (repeatable): kafka://host:port (ListOffsets by "
+                        "timestamp; a kafka:// --source is used too), http://host:port of "
+                        "sharestate serve, or a log.dirs folder holding the data topics")
     p.add_argument("--delivery-limit", type=arguments.count, default=None,
                    help="group.share.delivery.count.limit, for poison ranges")
     p.add_argument("--retention-minutes", type=arguments.retention_minutes,
@@ -121,8 +128,10 @@ def _end_offsets(path: str | None) -> dict[tuple[str, int], int] | None:
 
 def _analytics_inputs(args: argparse.Namespace, jobs: Sequence[str],
                       kafka_options: dict[str, str]) -> AnalyticsInputs:
-    """End offsets for the lag: the file's, else a live source's cluster's (read now, as
-    Kafka's own share-group describe reads them), else none (the lag is a lower bound)."""
+    """End offsets for the lag now: the file's, else a live source's cluster's (read now,
+    as Kafka's own share-group describe reads them), else none (the lag is a lower bound);
+    for the lag through time, the `--end-offsets-from` sources and the live ones."""
+    from sharestate.analytics.end_offset_sources import EndOffsetSourceError, check_source
     from sharestate.analytics.lag import LIVE
     from sharestate.cluster import (
         KafkaOptionError,
@@ -133,19 +142,26 @@ def _analytics_inputs(args: argparse.Namespace, jobs: Sequence[str],
     from sharestate.cluster.kafka_options import KAFKA_SCHEME, source_options
     from sharestate.spark.jobs.analytics import AnalyticsInputs
 
-    live = [source for source in args.source or ()
-            if source.startswith(KAFKA_SCHEME)] if "analytics" in jobs else []
+    if "analytics" not in jobs:
+        return AnalyticsInputs()
+    live = [source for source in args.source or () if source.startswith(KAFKA_SCHEME)]
+    try:
+        sources = tuple(dict.fromkeys(check_source(source)
+                                      for source in [*live, *args.end_offsets_from]))
+    except EndOffsetSourceError as exc:
+        raise ArgumentError(str(exc)) from None
+    through_time = {"end_offsets_from": sources, "kafka_options": kafka_options,
+                    "delivery_limit": args.delivery_limit}
     if args.end_offsets is not None or not live:
         return AnalyticsInputs(end_offsets=_end_offsets(args.end_offsets),
-                               delivery_limit=args.delivery_limit)
+                               end_offsets_file=args.end_offsets, **through_time)
     ends: dict[tuple[str, int], int] = {}
     for uri in live:
         try:
             ends |= fetch_topic_ends(parse_options(source_options(uri, kafka_options)))
         except (KafkaSourceError, KafkaOptionError) as exc:
             raise ArgumentError(str(exc)) from None
-    return AnalyticsInputs(end_offsets=ends, end_offset_source=LIVE,
-                           delivery_limit=args.delivery_limit)
+    return AnalyticsInputs(end_offsets=ends, end_offset_source=LIVE, **through_time)
 
 
 def options(args: argparse.Namespace) -> GoldOptions:
@@ -175,13 +191,22 @@ def _check_clusters(sources: Sequence[str], kafka_options: dict[str, str],
                 raise ArgumentError(str(exc)) from None
 
 
-def _check_files(sources: Sequence[str]) -> None:
+def _check_files(sources: Sequence[str], end_offsets_from: Sequence[str] = ()) -> None:
     """Every file source must hold segments (else SourceError), before any work; stderr
-    says what a folder held that is not read, and which folders name no partition."""
+    says what a folder held that is not read, and which folders name no partition (not a
+    root's data topics when `--end-offsets-from` reads them)."""
     from sharestate.cluster.kafka_options import KAFKA_SCHEME
 
+    data_roots = {Path(source).resolve() for source in end_offsets_from
+                  if not source.startswith(KAFKA_SCHEME)}
+
+    def say(line: str) -> None:
+        folder, _, passed = line.partition(": not read: ")
+        if not (passed.endswith(f"({OTHER_TOPICS})") and Path(folder).resolve() in data_roots):
+            print(line, file=sys.stderr)
+
     files = [source for source in sources if not source.startswith(KAFKA_SCHEME)]
-    segments = discover(files, say=lambda line: print(line, file=sys.stderr)) if files else []
+    segments = discover(files, say=say) if files else []
     for note in dict.fromkeys(f"{segment.path.parent}: {segment.note}: partition unknown"
                               for segment in segments if segment.note):
         print(note, file=sys.stderr)
@@ -205,6 +230,7 @@ def _check_warehouse(warehouse: str) -> None:
 def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
         spark_factory: Callable[..., SparkSession] | None = None) -> int:
     """Run `jobs` in order with a session built from `args`; print a summary; exit status."""
+    from sharestate.analytics.end_offset_sources import EndOffsetSourceError
     from sharestate.spark import console
     from sharestate.spark.executors import executor_kernels, warn_if_pure
     from sharestate.spark.jobs.analytics import analytics
@@ -232,8 +258,10 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
         raise ArgumentError(str(exc)) from None
     _check_warehouse(args.warehouse)
     if "ingest" in jobs:
-        _check_files(args.source)
+        _check_files(args.source, args.end_offsets_from)
         _check_clusters(args.source, kafka_options, args.connect_timeout)
+    if "analytics" in jobs:
+        _check_clusters(args.end_offsets_from, kafka_options, args.connect_timeout)
     inputs = _analytics_inputs(args, jobs, kafka_options)
     warehouse = Warehouse(Path(args.warehouse))
     run_id = args.run_id or new_run_id()
@@ -281,8 +309,11 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
                 reports.append(quality_job(spark, warehouse, run_id=run_id,
                                            delivery_limit=args.delivery_limit))
             else:
-                reports.append(analytics(spark, warehouse, run_id=run_id,
-                                                  inputs=inputs))
+                try:
+                    reports.append(analytics(spark, warehouse, run_id=run_id,
+                                             inputs=inputs))
+                except EndOffsetSourceError as exc:
+                    raise ArgumentError(str(exc)) from None
             if len(reports) > printed:  # its line as soon as the job is done
                 _print_report(reports[-1])
                 printed = len(reports)

@@ -33,42 +33,71 @@ def _times(values: Any) -> Any:
     return pd.to_datetime(values, unit="ms", utc=True)
 
 
-def lag_over_time(series: Any, current: Any) -> go.Figure | None:
-    """Two panels with axes of their own: per group, the lag over time as a lower bound
-    (derived from the state alone) and, beside it, the lag now, exact where end offsets
-    were given and labelled a lower bound where not. One axis for both would scale the
-    history by the exact values (often orders of magnitude larger) and flatten it."""
+def group_colors(*groups: Any) -> dict[str, str]:
+    """One colour per group id (sorted) of every group the page shows, so a group keeps its
+    colour from panel to panel."""
+    names = sorted({str(g) for column in groups for g in column})
+    return {name: PALETTE[number % len(PALETTE)] for number, name in enumerate(names)}
+
+
+def _runs(flags: list[bool]) -> list[tuple[int, int]]:
+    """[start, end] index ranges of the consecutive true flags."""
+    runs: list[tuple[int, int]] = []
+    for index, flag in enumerate(flags):
+        if flag and runs and runs[-1][1] == index - 1:
+            runs[-1] = (runs[-1][0], index)
+        elif flag:
+            runs.append((index, index))
+    return runs
+
+
+def lag_over_time(series: Any, current: Any, colors: dict[str, str]) -> go.Figure | None:
+    """Two panels with axes of their own, each group in its colour: the lag over time
+    (`share_group_lag_history`), hatched where it is only a lower bound, and the lag now,
+    hatched where that is a lower bound. Exact values share a scale; a lower bound from the
+    state alone is often orders of magnitude below them, so the panels keep theirs."""
     if series.empty and current.empty:
         return None
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=1, cols=2, column_widths=[0.72, 0.28], horizontal_spacing=0.09,
-                        subplot_titles=("over time: lower bound (from the state)",
-                                        "now: exact where end offsets were given"))
-    groups = sorted({str(g) for g in series.get("group_id", [])}
-                    | {str(g) for g in current.get("group_id", [])})
-    colors = {group: PALETTE[number % len(PALETTE)] for number, group in enumerate(groups)}
+                        subplot_titles=("over time (hatched: a lower bound)",
+                                        "now (hatched: a lower bound)"))
     history = series.groupby("group_id", sort=True) if not series.empty else []
     for group, rows in history:
+        color = colors[str(group)]
+        times, lags = _times(rows["time_ms"]), list(rows["lag"])
+        lower = [bool(flag) for flag in rows["lower_bound"]]
+        kinds = ["at least" if flag else "exact" if ex else "by CreateTime"
+                 for flag, ex in zip(lower, rows["exact"], strict=True)]
         fig.add_trace(go.Scatter(
-            x=_times(rows["time_ms"]), y=rows["lag"], name=f"{group} (lower bound)",
-            legendgroup=str(group), mode="lines",
-            line={"width": 2, "color": colors[str(group)], "shape": "hv"},
-            customdata=rows[["partitions"]],
-            hovertemplate="%{x|%H:%M:%S}<br>lag ≥ %{y:,}<br>%{customdata[0]} partitions"
-                          "<extra>%{fullData.name}</extra>"), row=1, col=1)
+            x=times, y=lags, name=str(group), legendgroup=str(group), mode="lines+markers",
+            line={"width": 2, "color": color}, marker={"size": 3, "color": color},
+            customdata=list(zip(kinds, rows["partitions"], strict=True)),
+            hovertemplate="%{x|%H:%M:%S.%L}<br>lag %{y:,} (%{customdata[0]})<br>"
+                          "%{customdata[1]} partitions<extra>%{fullData.name}</extra>"),
+            row=1, col=1)
+        for first, last in _runs(lower):
+            stretch = slice(max(first - 1, 0), last + 1)
+            fig.add_trace(go.Scatter(
+                x=times[stretch], y=lags[stretch], mode="lines", fill="tozeroy",
+                fillpattern={"shape": "/", "fgcolor": color, "bgcolor": "rgba(0,0,0,0)",
+                             "solidity": 0.3},
+                line={"width": 0, "color": color}, legendgroup=str(group),
+                showlegend=False, hoverinfo="skip", name=f"{group} (lower bound)"),
+                row=1, col=1)
     if not current.empty:
-        lower = current["lower_bound"].astype(bool)
-        kinds = ["lower bound" if flag else "exact" for flag in lower]
+        lower_now = current["lower_bound"].astype(bool)
         fig.add_trace(go.Bar(
             x=[str(g) for g in current["group_id"]], y=current["lag"], showlegend=False,
             marker={"color": [colors[str(g)] for g in current["group_id"]],
-                    "pattern": {"shape": ["/" if flag else "" for flag in lower]}},
+                    "pattern": {"shape": ["/" if flag else "" for flag in lower_now]}},
             text=[f"≥ {int(v):,}" if flag else f"{int(v):,}"
-                  for v, flag in zip(current["lag"], lower, strict=True)],
-            textposition="outside", cliponaxis=False, customdata=kinds,
+                  for v, flag in zip(current["lag"], lower_now, strict=True)],
+            textposition="outside", cliponaxis=False,
+            customdata=["lower bound" if flag else "exact" for flag in lower_now],
             hovertemplate="%{x}: lag %{y:,} (%{customdata})<extra></extra>"), row=1, col=2)
-    fig.update_yaxes(title_text="records behind (at least)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="records behind", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="records behind now", rangemode="tozero", row=1, col=2)
     fig.update_xaxes(type="category", row=1, col=2)
     fig.update_annotations(font={"size": 12, "color": "#5f6b7a"})
@@ -78,7 +107,8 @@ def lag_over_time(series: Any, current: Any) -> go.Figure | None:
 
 
 def delivery_histogram(counts: Any) -> go.Figure | None:
-    """In-flight records by delivery count, stacked by delivery state."""
+    """In-flight records by delivery count and delivery state, on a log scale: the few
+    records delivered 3-5 times show beside the many delivered once."""
     if counts.empty:
         return None
     fig = go.Figure()
@@ -91,7 +121,7 @@ def delivery_histogram(counts: Any) -> go.Figure | None:
                           "<extra>%{fullData.name}</extra>"))
     highest = max(int(counts["delivery_count"].max()), 5)
     order = [str(n) for n in range(1, highest + 1)]
-    return _layout(fig, barmode="stack", yaxis={"title": "records"},
+    return _layout(fig, barmode="group", yaxis={"title": "records (log scale)", "type": "log"},
                    xaxis={"title": "delivery count", "type": "category",
                           "categoryorder": "array", "categoryarray": order,
                           "range": [-0.5, highest - 0.5]},
@@ -150,27 +180,52 @@ def prune_frontier(prune: Any) -> go.Figure | None:
                    yaxis={"automargin": True})
 
 
-def offset_history(offsets: Any) -> go.Figure | None:
-    """Committed offset over commit time per group and topic-partition (busiest series)."""
+def offset_history(offsets: Any, colors: dict[str, str], groups_in_all: int | None
+                   ) -> go.Figure | None:
+    """Committed offset over commit time, one panel per consumer group (the busiest ones the
+    query kept, its busiest topic-partitions), in the group's colour, then how many groups
+    are left out of `groups_in_all`; aborted transactional commits marked with a red cross
+    where they were aborted."""
     if offsets.empty:
         return None
-    fig = go.Figure()
-    committed = offsets[offsets["event"].isin(["applied", "committed"])]
-    for number, ((group, topic, partition), rows) in enumerate(
-            committed.groupby(["group_id", "topic", "partition"], sort=True)):
-        fig.add_trace(go.Scatter(
-            x=_times(rows["time_ms"]), y=rows["committed_offset"], mode="lines+markers",
-            name=f"{group} · {topic}-{partition}", legendgroup=str(group),
-            line={"width": 1.6, "shape": "hv", "color": PALETTE[number % len(PALETTE)]},
-            marker={"size": 4},
-            hovertemplate="%{x|%H:%M:%S.%L}<br>offset %{y:,}<extra>%{fullData.name}</extra>"))
-    aborted = offsets[offsets["event"] == "aborted"]
-    if not aborted.empty:
-        fig.add_trace(go.Scatter(
-            x=_times(aborted["time_ms"]), y=aborted["committed_offset"], mode="markers",
-            name="aborted transactional commit", marker={"symbol": "x", "size": 9,
-                                                         "color": "#d64545"},
-            hovertemplate="aborted: offset %{y:,}<extra></extra>"))
-    return _layout(fig, height=380, yaxis={"title": "committed offset"},
-                   xaxis={"title": None}, legend={"orientation": "v", "x": 1.02, "y": 1,
-                                                  "font": {"size": 11}})
+    from plotly.subplots import make_subplots
+
+    groups = [str(g) for g in dict.fromkeys(offsets["group_id"])]  # busiest first
+    more = (groups_in_all or 0) - len(groups)
+    columns = min(3, len(groups))
+    rows = -(-len(groups) // columns)
+    fig = make_subplots(rows=rows, cols=columns, subplot_titles=groups,
+                        horizontal_spacing=0.06, vertical_spacing=min(0.12, 0.5 / rows))
+    dashes = ["solid", "dot", "dash", "dashdot", "longdash", "longdashdot"]
+    for number, group in enumerate(groups):
+        row, col = number // columns + 1, number % columns + 1
+        mine = offsets[offsets["group_id"].astype(str) == group]
+        committed = mine[mine["event"].isin(["applied", "committed"])]
+        for series, ((topic, partition), lines) in enumerate(
+                committed.groupby(["topic", "partition"], sort=True)):
+            fig.add_trace(go.Scatter(
+                x=_times(lines["time_ms"]), y=lines["committed_offset"], mode="lines+markers",
+                name=f"{group} · {topic}-{partition}", legendgroup=group, showlegend=False,
+                line={"width": 1.6, "shape": "hv", "color": colors[group],
+                      "dash": dashes[series % len(dashes)]},
+                marker={"size": 4},
+                hovertemplate="%{x|%H:%M:%S.%L}<br>offset %{y:,}"
+                              "<extra>%{fullData.name}</extra>"), row=row, col=col)
+        aborted = mine[mine["event"] == "aborted"]
+        if not aborted.empty:
+            fig.add_trace(go.Scatter(
+                x=_times(aborted["time_ms"]), y=aborted["committed_offset"], mode="markers",
+                name="aborted transactional commit", legendgroup="aborted",
+                showlegend=not any(t.legendgroup == "aborted" for t in fig.data),
+                marker={"symbol": "x", "size": 10, "color": "#d64545",
+                        "line": {"width": 1, "color": "#d64545"}},
+                hovertemplate="aborted: offset %{y:,}<extra>" + group + "</extra>"),
+                row=row, col=col)
+    if more > 0:
+        fig.add_annotation(text=f"and {more} more group{'s' * (more != 1)}", showarrow=False,
+                           xref="paper", yref="paper", x=1, y=-0.08, xanchor="right",
+                           font={"size": 12, "color": "#5f6b7a"})
+    fig.update_annotations(font={"size": 12})
+    return _layout(fig, height=max(300, 230 * rows + 60),
+                   legend={"orientation": "h", "yanchor": "bottom", "y": 1.04, "x": 0},
+                   margin={"l": 60, "r": 20, "t": 60, "b": 50})

@@ -15,55 +15,29 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 TIME_BUCKETS = 90
-TOP_SERIES = 12
 TOP_HOT_SPOTS = 15
-
-# Lag of one history row, as a lower bound from the state alone: the end offset is taken
-# as the offset after the last in-flight record (Kafka: end - SPSO - delivery-complete).
-_LAG_LOWER_BOUND = """
-    CASE WHEN deleted OR start_offset IS NULL OR start_offset < 0 THEN 0 ELSE
-      greatest(coalesce(array_max(transform(state_batches, b -> b.last_offset)) + 1,
-                        start_offset), start_offset)
-      - start_offset
-      - CASE WHEN delivery_complete_count IS NULL OR delivery_complete_count < 0 THEN
-          aggregate(filter(state_batches, b -> b.last_offset >= start_offset
-                                               AND b.delivery_state IN (2, 4)),
-                    0L, (acc, b) -> acc + b.last_offset
-                                    - greatest(b.first_offset, start_offset) + 1)
-        ELSE delivery_complete_count END
-    END"""
+TOP_GROUPS = 12
+"""Consumer groups with a panel of their own in the offset history (the busiest)."""
+TOP_SERIES_PER_GROUP = 6
 
 QUERIES: dict[str, str] = {
+    # Per group and time bucket one point of its lag: the bucket's last exact row if it has
+    # one (exact rows are at the sampled times), else its last row (a lower bound).
     "lag_over_time": f"""
         WITH rows AS (
-          SELECT group_id, topic_id, partition, record_offset, state_partition,
-                 timestamp, {_LAG_LOWER_BOUND} AS lag
-          FROM share_partition_state_history WHERE timestamp IS NOT NULL),
-        span AS (SELECT min(timestamp) AS t0,
-                        greatest(max(timestamp) - min(timestamp), 1) AS width FROM rows),
-        bucketed AS (
-          SELECT r.*, least(CAST(floor((timestamp - t0) * {TIME_BUCKETS} / width) AS INT),
-                            {TIME_BUCKETS} - 1) AS bucket
-          FROM rows r CROSS JOIN span),
-        last_in_bucket AS (
-          SELECT group_id, topic_id, partition, bucket,
-                 max_by(lag, struct(record_offset, state_partition)) AS lag
-          FROM bucketed GROUP BY group_id, topic_id, partition, bucket),
-        grid AS (
-          SELECT k.group_id, k.topic_id, k.partition, b.bucket
-          FROM (SELECT DISTINCT group_id, topic_id, partition FROM rows) k
-          CROSS JOIN (SELECT explode(sequence(0, {TIME_BUCKETS} - 1)) AS bucket) b),
-        filled AS (
-          SELECT g.group_id, g.bucket,
-                 last(l.lag, true) OVER (PARTITION BY g.group_id, g.topic_id, g.partition
-                                         ORDER BY g.bucket) AS lag
-          FROM grid g LEFT JOIN last_in_bucket l
-            ON g.group_id = l.group_id AND g.topic_id = l.topic_id
-           AND g.partition = l.partition AND g.bucket = l.bucket)
-        SELECT group_id, bucket, t0 + CAST((bucket + 1) * width / {TIME_BUCKETS} AS BIGINT)
-                 AS time_ms, sum(coalesce(lag, 0)) AS lag, count(lag) AS partitions
-        FROM filled CROSS JOIN span GROUP BY group_id, bucket, t0, width
-        ORDER BY group_id, bucket""",
+          SELECT group_id, time, lag, exact, lag_is_lower_bound AS lower_bound, partitions
+          FROM share_group_lag_history WHERE scope = 'group' AND lag IS NOT NULL),
+        span AS (SELECT min(time) AS t0, greatest(max(time) - min(time), 1) AS width
+                 FROM rows),
+        picked AS (
+          SELECT group_id,
+                 max_by(struct(time, lag, exact, lower_bound, partitions),
+                        struct(exact, time)) AS p
+          FROM rows CROSS JOIN span
+          GROUP BY group_id, least(CAST(floor((time - t0) * {TIME_BUCKETS} / width) AS INT),
+                                   {TIME_BUCKETS} - 1))
+        SELECT group_id, p.time AS time_ms, p.lag, p.exact, p.lower_bound, p.partitions
+        FROM picked ORDER BY group_id, time_ms""",
     "current_lag": """
         SELECT group_id, sum(lag) AS lag, max(as_of_timestamp) AS time_ms,
                bool_or(lag_is_lower_bound) AS lower_bound, count(*) AS partitions
@@ -111,15 +85,22 @@ QUERIES: dict[str, str] = {
         ORDER BY CASE severity WHEN 'error' THEN 0 ELSE 1 END, rule, topic, partition, offset
         LIMIT 40""",
     "offsets": f"""
-        WITH series AS (
-          SELECT group_id, topic, partition, count(*) AS commits
-          FROM consumer_group_offsets GROUP BY group_id, topic, partition
-          ORDER BY commits DESC, group_id, topic, partition LIMIT {TOP_SERIES})
+        WITH busiest AS (
+          SELECT group_id, count(*) AS commits FROM consumer_group_offsets GROUP BY group_id
+          ORDER BY commits DESC, group_id LIMIT {TOP_GROUPS}),
+        series AS (
+          SELECT group_id, topic, partition,
+                 row_number() OVER (PARTITION BY group_id
+                                    ORDER BY count(*) DESC, topic, partition) AS series
+          FROM consumer_group_offsets GROUP BY group_id, topic, partition)
         SELECT o.group_id, o.topic, o.partition, o.record_offset, o.event,
-               o.committed_offset, o.commit_timestamp AS time_ms, o.txn_outcome
-        FROM consumer_group_offsets o JOIN series s USING (group_id, topic, partition)
-        WHERE o.commit_timestamp IS NOT NULL AND o.committed_offset IS NOT NULL
-        ORDER BY o.group_id, o.topic, o.partition, o.record_offset""",
+               o.committed_offset, o.commit_timestamp AS time_ms, o.txn_outcome, b.commits
+        FROM consumer_group_offsets o JOIN busiest b ON o.group_id = b.group_id
+        JOIN series s ON o.group_id = s.group_id AND o.topic = s.topic
+                     AND o.partition = s.partition
+        WHERE s.series <= {TOP_SERIES_PER_GROUP}
+          AND o.commit_timestamp IS NOT NULL AND o.committed_offset IS NOT NULL
+        ORDER BY b.commits DESC, o.group_id, o.topic, o.partition, o.record_offset""",
     "inputs": """
         SELECT topic, count(DISTINCT partition) AS partitions,
                count(DISTINCT concat(partition, '/', segment)) AS segments,
@@ -146,6 +127,7 @@ COUNTS: dict[str, str] = {
     "share groups": "SELECT count(DISTINCT group_id) FROM share_partition_state",
     "state records": "SELECT count(*) FROM share_partition_state_history",
     "offset commits": "SELECT count(*) FROM consumer_group_offsets",
+    "consumer groups": "SELECT count(DISTINCT group_id) FROM consumer_group_offsets",
     "redelivered ranges": "SELECT count(*) FROM redelivery WHERE delivery_count >= 2",
     POISON_IN_FLIGHT: "SELECT count(*) FROM redelivery WHERE poison",
     "decode errors": "SELECT count(*) FROM decode_errors",

@@ -11,7 +11,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from sharestate.app.report import charts
-from sharestate.app.report.data import ReportData
+from sharestate.app.report.data import TOP_GROUPS, ReportData
 
 Formatter = Callable[[Any], str]
 Column = tuple[str, str, Formatter]
@@ -170,17 +170,31 @@ def verdicts(data: ReportData) -> list[tuple[str, str]]:
     if decode is not None:
         badges.append(("red", plural(decode, "decode error")) if decode
                       else ("green", "no decode errors"))
-    current = data.frames["current_lag"]
-    if not current.empty:
-        exact = int((~current["lower_bound"].astype(bool)).sum())
-        groups = len(current)
-        badges.append(("grey", "lag is a lower bound (no end offsets)" if not exact else
-                       "lag now exact (end offsets given), over time a lower bound"
-                       if exact == groups else
-                       f"lag now exact for {exact} of {groups} groups, else a lower bound"))
+    lag = _lag_badge(data.frames["lag_over_time"], data.frames["current_lag"])
+    if lag is not None:
+        badges.append(("grey", lag))
     if data.missing:
         badges.append(("grey", f"{len(data.missing)} tables missing"))
     return badges
+
+
+def _lag_badge(series: Any, current: Any) -> str | None:
+    """How exact the lag shown is: now, and over time (the points drawn)."""
+    if current.empty and series.empty:
+        return None
+    exact_now = int((~current["lower_bound"].astype(bool)).sum()) if not current.empty else 0
+    now = ("no lag now" if current.empty else
+           "lag now exact" if exact_now == len(current) else
+           "lag now a lower bound" if not exact_now else
+           f"lag now exact for {exact_now} of {len(current)} groups")
+    if series.empty:
+        return f"{now}; no lag history"
+    lower = int(series["lower_bound"].astype(bool).sum())
+    if lower == 0:
+        return f"{now}, and over time"
+    if lower == len(series):
+        return f"{now}; over time a lower bound (no end offsets through time)"
+    return f"{now}; over time exact but {lower} of {len(series)} points (hatched)"
 
 
 def _badges(data: ReportData) -> list[str]:
@@ -230,16 +244,21 @@ def _attention(data: ReportData) -> str:
 
 def _charts(data: ReportData) -> str:
     f = data.frames
+    colors = charts.group_colors(*(f[name].get("group_id", []) for name in (
+        "lag_over_time", "current_lag", "offsets")))
     sections = [
         _card("Lag per share group",
               f"Records behind, summed over the group's share-partitions: end offset {MINUS} "
-              f"SPSO {MINUS} delivery-complete count. Over time (left) the end offset is taken "
-              "as the offset after the last in-flight record, so the lag shown is a lower bound; "
-              "now (right) it is exact where end offsets were given, and hatched (a lower "
-              "bound) where not. Each panel has its own scale.",
-              _figure(charts.lag_over_time(f["lag_over_time"], f["current_lag"])), wide=True),
+              f"SPSO {MINUS} delivery-complete count, over time (left: at each change of the "
+              "group's state or of a sampled end offset, from share_group_lag_history) and "
+              "now (right). Exact where the data topics' end offsets at that time are known "
+              "(topic_end_offsets), hatched where only a lower bound is. Each panel has its "
+              "own scale.",
+              _figure(charts.lag_over_time(f["lag_over_time"], f["current_lag"], colors)),
+              wide=True),
         _card("Delivery counts of in-flight records",
-              "Records at or above the SPSO now, by times delivered and delivery state.",
+              "Records at or above the SPSO now, by times delivered and delivery state "
+              "(log scale).",
               _figure(charts.delivery_histogram(f["delivery_counts"]))),
         _card("Redelivery hot spots",
               "Share-partitions with the most records delivered more than once, archived, or "
@@ -251,9 +270,11 @@ def _charts(data: ReportData) -> str:
               _figure(charts.prune_frontier(f["prune"]))
               + _holding(f["holding"]), wide=True),
         _card("Consumer-group offset history",
-              "Committed offset over commit time for the busiest group topic-partitions; "
-              "crosses mark aborted transactional commits.",
-              _figure(charts.offset_history(f["offsets"])), wide=True),
+              "Committed offset over commit time, one panel per consumer group (the busiest "
+              f"{TOP_GROUPS}, their busiest topic-partitions); red crosses mark "
+              "transactional commits that were aborted.",
+              _figure(charts.offset_history(f["offsets"], colors,
+                                            data.counts.get("consumer groups"))), wide=True),
     ]
     return f"<div class=\"grid\">{''.join(sections)}</div><div style=\"height:18px\"></div>"
 

@@ -1,12 +1,17 @@
 """The analytics job: the replayed state -> `share_group_lag`, `redelivery` and the
 cross-topic `audit_findings` (orphaned, uninitialised, stuck-deleting share-partitions), plus
-one `decode_error` finding per `decode_errors` row; recomputed and replaced on every run."""
+one `decode_error` finding per `decode_errors` row; recomputed and replaced on every run.
+
+Lag through time: the data topics' end offsets at the sampled state-change times
+(`sharestate.analytics.end_offsets`) from the run's sources are merged into
+`topic_end_offsets` (earlier runs' rows kept), and `share_group_lag_history` is recomputed
+from the history and that table, one task per group's rows in time order."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -19,7 +24,10 @@ from sharestate.analytics.audit import (
     decode_error_row,
     rules_of,
 )
+from sharestate.analytics.end_offset_sources import file_rows, observe
+from sharestate.analytics.end_offsets import Timeline, Where, merge_rows, sample_level, timelines
 from sharestate.analytics.lag import FILE, lag_rows
+from sharestate.analytics.lag_history import HISTORY_INPUT, INPUT_ORDER, lag_history_rows
 from sharestate.analytics.redelivery import redelivery_rows
 from sharestate.coordinator.share_state import ShareKey
 from sharestate.lake import Lake, Target, open_lake
@@ -30,6 +38,29 @@ from sharestate.tables.metadata import metadata_from_rows
 
 RULES = rules_of("analytics")
 """The `audit_findings` rules this job owns (it replaces their partitions)."""
+HISTORY_VIEW = "share_partition_state_history"
+LEVELS_VIEW = "sharestate_sample_levels"
+SAMPLE_SPANS = f"""
+    WITH g AS (SELECT group_id, min(timestamp) AS low, max(timestamp) AS high
+               FROM {HISTORY_VIEW} WHERE timestamp IS NOT NULL GROUP BY group_id),
+    k AS (SELECT DISTINCT group_id, topic_id, partition FROM {HISTORY_VIEW})
+    SELECT k.topic_id, k.partition, min(g.low) AS low, max(g.high) AS high
+    FROM k JOIN g USING (group_id) GROUP BY k.topic_id, k.partition"""
+"""Per data partition, the span of the state-change times of the groups consuming it."""
+SAMPLES = f"""
+    WITH k AS (SELECT DISTINCT group_id, topic_id, partition FROM {HISTORY_VIEW}),
+    gl AS (SELECT k.group_id, min(l.level) AS level
+           FROM k JOIN {LEVELS_VIEW} l USING (topic_id, partition) GROUP BY k.group_id),
+    t AS (SELECT h.group_id, min(h.timestamp) AS time
+          FROM {HISTORY_VIEW} h JOIN gl USING (group_id) WHERE h.timestamp IS NOT NULL
+          GROUP BY h.group_id, shiftright(h.timestamp, gl.level))
+    SELECT k.topic_id, k.partition, min(t.time) AS time
+    FROM k JOIN {LEVELS_VIEW} l USING (topic_id, partition) JOIN t USING (group_id)
+    GROUP BY k.topic_id, k.partition, shiftright(t.time, l.level)"""
+"""The sampled times (`end_offsets.sampled`, with each partition's latest from
+`SAMPLE_SPANS`): the first time of each 2^level ms cell, first per group at the finest level
+of its partitions (the cells nest), then per partition."""
+BATCH_ROWS = 10_000
 
 
 def _decode_error_findings(lake: Lake, warehouse: Warehouse) -> list[dict[str, Any]]:
@@ -46,6 +77,11 @@ class AnalyticsInputs:
     end_offsets: dict[tuple[str, int], int] | None = None
     end_offset_source: str = FILE
     delivery_limit: int | None = None
+    end_offsets_file: str | None = None
+    """The file `end_offsets` came from: its rows go into `topic_end_offsets`."""
+    end_offsets_from: tuple[str, ...] = ()
+    """Sources of end offsets through time (`end_offset_sources.observe`)."""
+    kafka_options: Mapping[str, str] = field(default_factory=dict)
 
 
 def _analytics_task(batches: Iterator[pa.RecordBatch], names: dict[str, str],
@@ -57,6 +93,61 @@ def _analytics_task(batches: Iterator[pa.RecordBatch], names: dict[str, str],
                 end_offset_source=inputs.end_offset_source, names=names)))
             yield rows_of("redelivery", list(redelivery_rows(
                 states, context, delivery_limit=inputs.delivery_limit)))
+
+
+def _sampled_times(spark: SparkSession) -> dict[Where, list[int]]:
+    """The times each data partition is asked for (the history registered as a view)."""
+    spans = spark.sql(SAMPLE_SPANS).collect()
+    if not spans:
+        return {}
+    spark.createDataFrame([(r["topic_id"], r["partition"], sample_level(r["low"], r["high"]))
+                           for r in spans], "topic_id string, partition int, level int") \
+        .createOrReplaceTempView(LEVELS_VIEW)
+    wanted: dict[Where, set[int]] = {(r["topic_id"], r["partition"]): {r["high"]}
+                                     for r in spans}
+    for r in spark.sql(SAMPLES).collect():
+        wanted[(r["topic_id"], r["partition"])].add(r["time"])
+    return {where: sorted(times) for where, times in wanted.items()}
+
+
+def _end_offsets(spark: SparkSession, lake: Lake, warehouse: Warehouse, inputs: AnalyticsInputs,
+                 names: dict[str, str], metadata: dict[str, str]) -> list[dict[str, Any]]:
+    """Observe the sources at the sampled times; merge into `topic_end_offsets`."""
+    wanted = _sampled_times(spark) if inputs.end_offsets_from else {}
+    new = [row for source in inputs.end_offsets_from
+           for row in observe(source, wanted, names=names, kafka_options=inputs.kafka_options)]
+    if inputs.end_offsets_file is not None and inputs.end_offsets:
+        new += file_rows(inputs.end_offsets_file, inputs.end_offsets, names)
+    path = warehouse.path("topic_end_offsets")
+    rows = merge_rows(lake.read_arrow(path).to_pylist(), new)
+    lake.overwrite(rows_table(rows, "topic_end_offsets"), path, metadata=metadata)
+    return rows
+
+
+def _lag_history_task(batches: Iterator[pa.RecordBatch], lines: dict[Where, Timeline],
+                      names: dict[str, str]) -> Iterator[tuple[str, pa.RecordBatch]]:
+    rows = (row for batch in batches for row in batch.to_pylist())
+    chunk: list[dict[str, Any]] = []
+    for row in lag_history_rows(rows, lines, names):
+        chunk.append(row)
+        if len(chunk) >= BATCH_ROWS:
+            yield rows_of("share_group_lag_history", chunk)
+            chunk = []
+    if chunk:
+        yield rows_of("share_group_lag_history", chunk)
+
+
+def _lag_history(spark: SparkSession, lake: Lake, warehouse: Warehouse,
+                 end_offsets: list[dict[str, Any]], names: dict[str, str],
+                 metadata: dict[str, str]) -> None:
+    """Recompute `share_group_lag_history` (the history registered as a view)."""
+    lines = timelines(end_offsets, {name: topic_id for topic_id, name in names.items()})
+    rows = spark.sql(HISTORY_INPUT)
+    rows = rows.repartition(rows.rdd.getNumPartitions() or 1, "group_id") \
+        .sortWithinPartitions(*INPUT_ORDER)
+    path = warehouse.path("share_group_lag_history")
+    lake.overwrite_many(rows, partial(_lag_history_task, lines=lines, names=names),
+                        {"share_group_lag_history": Target(path, [{}])}, metadata=metadata)
 
 
 def analytics(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
@@ -74,7 +165,13 @@ def analytics(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
     lake.overwrite_many(states, partial(_analytics_task, names=names, inputs=inputs),
                         {name: Target(warehouse.path(name), [{}]) for name in derived},
                         metadata=metadata)
-    report.rows.update({name: table_rows(warehouse.path(name)) for name in derived})
+    for name in ("topic_end_offsets", "share_group_lag_history"):  # older warehouses
+        warehouse.create(lake, name)
+    lake.read(warehouse.path(HISTORY_VIEW)).createOrReplaceTempView(HISTORY_VIEW)
+    end_offsets = _end_offsets(spark, lake, warehouse, inputs, names, metadata)
+    _lag_history(spark, lake, warehouse, end_offsets, names, metadata)
+    report.rows.update({name: table_rows(warehouse.path(name)) for name in (
+        *derived, "topic_end_offsets", "share_group_lag_history")})
     keys = {ShareKey(r["group_id"], r["topic_id"], r["partition"]): r["state_partition"]
             for r in lake.read_arrow(warehouse.path("share_partition_state"), [
                 "group_id", "topic_id", "partition", "state_partition"]).to_pylist()}

@@ -1,0 +1,231 @@
+"""Lag through time (`sharestate.analytics.end_offsets`, `lag_history`) and a data
+partition's end offsets from its segment files (`sharestate.log.end_offsets`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sharestate.analytics.end_offsets import (
+    FILE,
+    KAFKA,
+    SEGMENTS,
+    SERVE,
+    STATE,
+    Timeline,
+    end_offset_row,
+    merge_rows,
+    sample_level,
+    sampled,
+    timelines,
+)
+from sharestate.analytics.lag_history import GROUP, SHARE_PARTITION, lag_history_rows
+from sharestate.log import CREATE_TIME, LOG_APPEND_TIME, RawRecord, build_batch
+from sharestate.log.end_offsets import data_partitions, end_offsets_at, topic_id_of
+from sharestate.tables.spec import table
+
+
+def _row(time: int, end: int, source: str = KAFKA, stamp: str | None = LOG_APPEND_TIME,
+         partition: int = 0, topic_id: str | None = "T") -> dict[str, Any]:
+    return end_offset_row("orders", topic_id, partition, time, end, source, stamp)
+
+
+def test_rows_say_which_are_exact() -> None:
+    assert _row(1, 5)["exact"] and _row(1, 5, SERVE, None)["exact"]
+    assert not _row(1, 5, SEGMENTS, CREATE_TIME)["exact"]
+    assert not _row(1, 5, FILE, None)["exact"]
+    assert list(_row(1, 5)) == table("topic_end_offsets").names
+    with pytest.raises(ValueError, match="source"):
+        _row(1, 5, "guess")
+
+
+def test_an_exact_row_at_the_time_or_equal_rows_around_it_make_it_exact() -> None:
+    line = Timeline([_row(100, 10), _row(200, 10), _row(300, 25)])
+    assert line.at(100) == (10, 100, KAFKA, True, False)
+    assert line.at(150) == (10, 100, KAFKA, True, False)  # nothing produced in between
+    assert line.at(300).exact and line.at(300).end_offset == 25
+    between = line.at(250)  # something was produced between 200 and 300: at least 10
+    assert (between.end_offset, between.exact, between.lower_bound) == (10, False, True)
+    assert line.at(400).lower_bound and line.at(400).end_offset == 25
+    assert line.at(50) == (None, None, STATE, False, True)
+
+
+def test_create_time_rows_give_the_producers_answer_neither_exact_nor_a_bound() -> None:
+    line = Timeline([_row(100, 10, SEGMENTS, CREATE_TIME), _row(200, 30, SEGMENTS,
+                                                                 CREATE_TIME)])
+    assert line.at(100) == (10, 100, SEGMENTS, False, False)
+    assert line.at(150).lower_bound and line.at(150).end_offset is None
+
+
+def test_a_file_row_is_a_lower_bound_from_its_time_on() -> None:
+    line = Timeline([_row(100, 10), _row(500, 40, FILE, None), _row(600, 35, FILE, None)])
+    assert line.at(400) == (10, 100, KAFKA, False, True)
+    assert line.at(700) == (40, 500, FILE, False, True)
+
+
+def test_the_preferred_source_wins_a_tie() -> None:
+    line = Timeline([_row(100, 11, SERVE, None), _row(100, 10, KAFKA)])
+    assert line.at(100).source == KAFKA
+
+
+def test_merge_keeps_earlier_runs_rows_and_replaces_the_same_observation() -> None:
+    old = [_row(100, 10), _row(200, 12)]
+    merged = merge_rows(old, [_row(200, 13), _row(300, 20)])
+    assert [(r["time"], r["end_offset"]) for r in merged] == [(100, 10), (200, 13), (300, 20)]
+    assert merge_rows(merged, [_row(200, 13), _row(300, 20)]) == merged
+
+
+def test_sampling_is_bounded_and_nests() -> None:
+    times = list(range(1_000, 1_000 + 50_000, 7))
+    few = sampled(times, 100)
+    assert 50 < len(few) <= 101 and set(few) <= set(times)
+    assert few[0] == times[0] and few[-1] == times[-1]  # the latest time too
+    assert sampled(times, 60_000) == times
+    grown = sampled([*times, *range(51_000, 80_000, 13)], 100)
+    assert {t for t in grown if t < 51_000} <= set(few)  # a longer history samples a subset
+    assert sampled(times, 100) == few  # and a re-run the same
+    assert sample_level(0, 999, 1000) == 0 and sample_level(0, 1000, 1000) == 1
+
+
+# -- lag history --------------------------------------------------------------------------
+
+
+def _state(group: str, time: int, spso: int, *, partition: int = 0, offset: int = 0,
+           complete: int = 0, end: int | None = None, deleted: bool = False
+           ) -> dict[str, Any]:
+    return {"group_id": group, "topic_id": "T", "partition": partition, "state_partition": 0,
+            "record_offset": offset or time, "time": time, "deleted": deleted,
+            "start_offset": spso, "complete": complete,
+            "state_end": spso if end is None else end}
+
+
+def test_lag_at_each_state_change_and_the_group_at_each_sample() -> None:
+    ends = timelines([_row(100, 50), _row(200, 80), _row(300, 80, partition=1),
+                      _row(400, 120)])
+    history = [_state("g", 100, 40, complete=3), _state("g", 300, 60, partition=1,
+                                                        end=70)]
+    rows = list(lag_history_rows(history, ends, {"T": "orders"}))
+    assert all(list(r) == table("share_group_lag_history").names for r in rows)
+    first = rows[0]
+    assert (first["scope"], first["lag"], first["exact"], first["end_offset_source"],
+            first["topic"]) == (SHARE_PARTITION, 50 - 40 - 3, True, KAFKA, "orders")
+    groups = [(r["time"], r["lag"], r["exact"], r["partitions"]) for r in rows
+              if r["scope"] == GROUP]
+    # 200: partition 0's end moved (80 - 43); 300: partition 1 joins, exact (80 - 60), but
+    # partition 0 is between 80 (200) and 120 (400): at least 80; 400: partition 0 exact
+    # again (120 - 43), partition 1 past its only row: at least 80
+    assert groups == [(100, 7, True, 1), (200, 37, True, 1), (300, 57, False, 2),
+                      (400, 97, False, 2)]
+    late = [r for r in rows if r["scope"] == GROUP][-1]
+    assert late["lag_is_lower_bound"]
+
+
+def test_without_end_offsets_the_state_gives_a_lower_bound() -> None:
+    rows = list(lag_history_rows([_state("g", 100, 40, end=45, complete=2)], {}))
+    assert [(r["scope"], r["lag"], r["end_offset_source"], r["exact"],
+             r["lag_is_lower_bound"]) for r in rows] == [
+        (SHARE_PARTITION, 3, STATE, False, True), (GROUP, 3, None, False, True)]
+
+
+def test_a_higher_state_bound_beats_an_older_end_offset() -> None:
+    ends = timelines([_row(100, 50), _row(300, 90)])
+    rows = list(lag_history_rows([_state("g", 200, 40, end=60)], ends))
+    assert (rows[0]["end_offset"], rows[0]["end_offset_source"], rows[0]["lag"]) == \
+        (60, STATE, 20)
+
+
+def test_deleted_and_uninitialised_states_have_no_lag() -> None:
+    ends = timelines([_row(t, 50) for t in (100, 200, 300)])
+    history = [_state("g", 100, -1), _state("g", 200, 10), _state("g", 300, 10, deleted=True)]
+    rows = list(lag_history_rows(history, ends))
+    own = [r["lag"] for r in rows if r["scope"] == SHARE_PARTITION]
+    assert own == [None, 40, None]
+    groups = [(r["time"], r["lag"], r["partitions"]) for r in rows if r["scope"] == GROUP]
+    assert groups == [(100, None, 0), (200, 40, 1), (300, None, 0)]
+
+
+def test_groups_are_kept_apart() -> None:
+    ends = timelines([_row(100, 50), _row(200, 60)])
+    history = [_state("a", 100, 10), _state("b", 200, 30)]
+    rows = list(lag_history_rows(history, ends))
+    assert [(r["group_id"], r["scope"], r["time"], r["lag"]) for r in rows] == [
+        ("a", SHARE_PARTITION, 100, 40), ("a", GROUP, 100, 40), ("a", GROUP, 200, 50),
+        ("b", SHARE_PARTITION, 200, 30), ("b", GROUP, 200, 30)]
+
+
+# -- segment files ------------------------------------------------------------------------
+
+
+def _write_partition(root: Path, name: str, batches: list[tuple[int, int, int, str]],
+                     topic_id: str | None = "AAAAAAAAAAAAAAAAAAAAAA",
+                     mtime_ms: int | None = None) -> Path:
+    """Batches of (first offset, records, timestamp, type) in one segment."""
+    folder = root / name
+    folder.mkdir(parents=True)
+    data = b""
+    for first, count, stamp, kind in batches:
+        records = [RawRecord(first + i, stamp - (count - 1 - i) * (kind == CREATE_TIME), -1,
+                             None, b"v", ()) for i in range(count)]
+        data += build_batch(records, timestamp_type=kind, max_timestamp=stamp)
+    segment = folder / f"{batches[0][0]:020d}.log"
+    segment.write_bytes(data)
+    if topic_id:
+        (folder / "partition.metadata").write_text(f"version: 0\ntopic_id: {topic_id}\n")
+    if mtime_ms is not None:
+        os.utime(segment, ns=(mtime_ms * 1_000_000, mtime_ms * 1_000_000))
+    return folder
+
+
+def test_segment_files_give_the_first_offset_stamped_at_or_after_each_time(
+        tmp_path: Path) -> None:
+    _write_partition(tmp_path, "orders-0", [(0, 3, 1000, LOG_APPEND_TIME),
+                                            (3, 2, 2000, LOG_APPEND_TIME),
+                                            (5, 4, 2000, LOG_APPEND_TIME),
+                                            (9, 1, 3500, LOG_APPEND_TIME)], mtime_ms=5000)
+    (partition,) = data_partitions([tmp_path])
+    assert (partition.topic, partition.partition, partition.topic_id) == \
+        ("orders", 0, "AAAAAAAAAAAAAAAAAAAAAA")
+    found = end_offsets_at(partition, [500, 1000, 1001, 2000, 3000, 4000, 6000])
+    # 6000 is after the newest segment was last written: unknown
+    assert found.points == [(500, 0), (1000, 0), (1001, 3), (2000, 3), (3000, 9),
+                            (4000, 10)]
+    assert found.timestamp_type == LOG_APPEND_TIME and found.unreadable == 0
+
+
+def test_create_time_batches_answer_record_by_record(tmp_path: Path) -> None:
+    _write_partition(tmp_path, "events-2", [(0, 5, 1004, CREATE_TIME)], mtime_ms=9000)
+    (partition,) = data_partitions([tmp_path / "events-2"])
+    found = end_offsets_at(partition, [1002])
+    assert found.points == [(1002, 2)] and found.timestamp_type == CREATE_TIME
+
+
+def test_times_before_the_retained_records_have_no_answer(tmp_path: Path) -> None:
+    _write_partition(tmp_path, "orders-1", [(40, 5, 1000, LOG_APPEND_TIME),
+                                            (45, 5, 2000, LOG_APPEND_TIME)], mtime_ms=3000)
+    (partition,) = data_partitions([tmp_path])
+    assert end_offsets_at(partition, [500, 1000, 1500]).points == [(1500, 45)]
+
+
+def test_internal_topics_are_not_data_partitions(tmp_path: Path) -> None:
+    _write_partition(tmp_path, "__share_group_state-0", [(0, 1, 1, LOG_APPEND_TIME)])
+    _write_partition(tmp_path, "orders-0", [(0, 1, 1, LOG_APPEND_TIME)], topic_id=None)
+    (partition,) = data_partitions([tmp_path])
+    assert partition.topic == "orders" and partition.topic_id is None
+    assert topic_id_of(tmp_path / "__share_group_state-0") == "AAAAAAAAAAAAAAAAAAAAAA"
+
+
+def test_a_root_read_for_its_end_offsets_is_not_said_unread(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`run --source ROOT --end-offsets-from ROOT`: ingest passes over the data topics'
+    folders, which the end offsets read; stderr says so only without the second."""
+    from sharestate.simulate import SimulationConfig, simulate
+    from sharestate.spark.run import _check_files
+
+    simulate(SimulationConfig(records=200, data_topics=True), tmp_path)
+    _check_files([str(tmp_path)])
+    assert "topic-0-0" in capsys.readouterr().err
+    _check_files([str(tmp_path)], [str(tmp_path)])
+    assert capsys.readouterr().err == ""
