@@ -4,6 +4,7 @@ partition's end offsets from its segment files (`sharestate.log.end_offsets`).""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,13 @@ from sharestate.analytics.end_offsets import (
     sampled,
     timelines,
 )
-from sharestate.analytics.lag_history import GROUP, SHARE_PARTITION, lag_history_rows
+from sharestate.analytics.lag_history import (
+    GROUP,
+    SHARE_PARTITION,
+    HistoryRow,
+    LagRow,
+    lag_history_rows,
+)
 from sharestate.log import CREATE_TIME, LOG_APPEND_TIME, RawRecord, build_batch
 from sharestate.log.end_offsets import data_partitions, end_offsets_at, topic_id_of
 from sharestate.tables.spec import table
@@ -94,12 +101,18 @@ def test_sampling_is_bounded_and_nests() -> None:
 
 
 def _state(group: str, time: int, spso: int, *, partition: int = 0, offset: int = 0,
-           complete: int = 0, end: int | None = None, deleted: bool = False
-           ) -> dict[str, Any]:
-    return {"group_id": group, "topic_id": "T", "partition": partition, "state_partition": 0,
-            "record_offset": offset or time, "time": time, "deleted": deleted,
-            "start_offset": spso, "complete": complete,
-            "state_end": spso if end is None else end}
+           complete: int = 0, end: int | None = None, deleted: bool = False) -> HistoryRow:
+    return HistoryRow(group, "T", partition, 0, offset or time, time, deleted, spso, complete,
+                      spso if end is None else end)
+
+
+def _history(rows: list[HistoryRow], ends: Any, names: dict[str, str] | None = None
+             ) -> list[dict[str, Any]]:
+    return [row._asdict() for row in lag_history_rows(rows, ends, names)]
+
+
+def test_history_rows_have_the_tables_columns() -> None:
+    assert list(LagRow._fields) == table("share_group_lag_history").names
 
 
 def test_lag_at_each_state_change_and_the_group_at_each_sample() -> None:
@@ -107,8 +120,7 @@ def test_lag_at_each_state_change_and_the_group_at_each_sample() -> None:
                       _row(400, 120)])
     history = [_state("g", 100, 40, complete=3), _state("g", 300, 60, partition=1,
                                                         end=70)]
-    rows = list(lag_history_rows(history, ends, {"T": "orders"}))
-    assert all(list(r) == table("share_group_lag_history").names for r in rows)
+    rows = _history(history, ends, {"T": "orders"})
     first = rows[0]
     assert (first["scope"], first["lag"], first["exact"], first["end_offset_source"],
             first["topic"]) == (SHARE_PARTITION, 50 - 40 - 3, True, KAFKA, "orders")
@@ -124,7 +136,7 @@ def test_lag_at_each_state_change_and_the_group_at_each_sample() -> None:
 
 
 def test_without_end_offsets_the_state_gives_a_lower_bound() -> None:
-    rows = list(lag_history_rows([_state("g", 100, 40, end=45, complete=2)], {}))
+    rows = _history([_state("g", 100, 40, end=45, complete=2)], {})
     assert [(r["scope"], r["lag"], r["end_offset_source"], r["exact"],
              r["lag_is_lower_bound"]) for r in rows] == [
         (SHARE_PARTITION, 3, STATE, False, True), (GROUP, 3, None, False, True)]
@@ -132,7 +144,7 @@ def test_without_end_offsets_the_state_gives_a_lower_bound() -> None:
 
 def test_a_higher_state_bound_beats_an_older_end_offset() -> None:
     ends = timelines([_row(100, 50), _row(300, 90)])
-    rows = list(lag_history_rows([_state("g", 200, 40, end=60)], ends))
+    rows = _history([_state("g", 200, 40, end=60)], ends)
     assert (rows[0]["end_offset"], rows[0]["end_offset_source"], rows[0]["lag"]) == \
         (60, STATE, 20)
 
@@ -140,7 +152,7 @@ def test_a_higher_state_bound_beats_an_older_end_offset() -> None:
 def test_deleted_and_uninitialised_states_have_no_lag() -> None:
     ends = timelines([_row(t, 50) for t in (100, 200, 300)])
     history = [_state("g", 100, -1), _state("g", 200, 10), _state("g", 300, 10, deleted=True)]
-    rows = list(lag_history_rows(history, ends))
+    rows = _history(history, ends)
     own = [r["lag"] for r in rows if r["scope"] == SHARE_PARTITION]
     assert own == [None, 40, None]
     groups = [(r["time"], r["lag"], r["partitions"]) for r in rows if r["scope"] == GROUP]
@@ -150,7 +162,7 @@ def test_deleted_and_uninitialised_states_have_no_lag() -> None:
 def test_groups_are_kept_apart() -> None:
     ends = timelines([_row(100, 50), _row(200, 60)])
     history = [_state("a", 100, 10), _state("b", 200, 30)]
-    rows = list(lag_history_rows(history, ends))
+    rows = _history(history, ends)
     assert [(r["group_id"], r["scope"], r["time"], r["lag"]) for r in rows] == [
         ("a", SHARE_PARTITION, 100, 40), ("a", GROUP, 100, 40), ("a", GROUP, 200, 50),
         ("b", SHARE_PARTITION, 200, 30), ("b", GROUP, 200, 30)]
@@ -220,12 +232,20 @@ def test_internal_topics_are_not_data_partitions(tmp_path: Path) -> None:
 def test_a_root_read_for_its_end_offsets_is_not_said_unread(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`run --source ROOT --end-offsets-from ROOT`: ingest passes over the data topics'
-    folders, which the end offsets read; stderr says so only without the second."""
+    folders (a deleted topic's too), which the end offsets read; stderr says so only
+    without the second, and always for an internal topic's folder set aside."""
     from sharestate.simulate import SimulationConfig, simulate
     from sharestate.spark.run import _check_files
 
     simulate(SimulationConfig(records=200, data_topics=True), tmp_path)
+    aside = f"{'ab' * 16}-delete"
+    shutil.copytree(tmp_path / "topic-0-0", tmp_path / f"topic-0-0.{aside}")
     _check_files([str(tmp_path)])
-    assert "topic-0-0" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "topic-0-1" in said and f"topic-0-0.{aside}" in said
+    shutil.copytree(tmp_path / "__share_group_state-0", tmp_path / f"__share_group_state-0.{aside}")
     _check_files([str(tmp_path)], [str(tmp_path)])
-    assert capsys.readouterr().err == ""
+    said = capsys.readouterr().err
+    assert "topic-0" not in said and f"__share_group_state-0.{aside}" in said
+    folders = {p.segments[0].path.parent.name for p in data_partitions([tmp_path])}
+    assert f"topic-0-0.{aside}" in folders and "topic-0-0" in folders

@@ -40,7 +40,7 @@ answers one ListOffsets request per sampled rank, each covering every partition:
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
@@ -105,6 +105,22 @@ def sampled(times: Iterable[int], bound: int = MAX_SAMPLES_PER_PARTITION) -> lis
     for t in ordered:
         first.setdefault(t >> level, t)
     return sorted({*first.values(), ordered[-1]})
+
+
+def sample_times(consumers: Mapping[Where, Collection[str]],
+                 group_times: Mapping[str, Collection[int]],
+                 bound: int = MAX_SAMPLES_PER_PARTITION) -> dict[Where, list[int]]:
+    """The times to sample each partition at: `sampled` over the state-change times of
+    the groups consuming it (`consumers`: partition -> groups; `group_times`: group -> its
+    state-change times); partitions consumed by the same groups share one answer."""
+    answers: dict[frozenset[str], list[int]] = {}
+    wanted = {}
+    for where, groups in consumers.items():
+        key = frozenset(groups)
+        if key not in answers:
+            answers[key] = sampled(set().union(*(group_times.get(g, ()) for g in key)), bound)
+        wanted[where] = answers[key]
+    return wanted
 
 
 class Estimate(NamedTuple):

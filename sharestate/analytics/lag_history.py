@@ -26,7 +26,7 @@ import heapq
 import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final, NamedTuple
 
 from sharestate.analytics.end_offsets import STATE, UNKNOWN, Estimate, Timeline, Where
 
@@ -54,6 +54,43 @@ the batches are (the SQL twin of `share_lag`'s counting; a test holds them equal
 above the SPSO when it is unknown; `state_end` the state's own lower bound of the end
 offset. Ordered per group by time (`INPUT_ORDER`)."""
 INPUT_ORDER: Final = ("group_id", "time", "state_partition", "record_offset")
+
+
+class HistoryRow(NamedTuple):
+    """One row of `HISTORY_INPUT`, in its column order."""
+
+    group_id: str
+    topic_id: str
+    partition: int
+    state_partition: int
+    record_offset: int
+    time: int
+    deleted: bool
+    start_offset: int | None
+    complete: int | None
+    state_end: int | None
+
+
+class LagRow(NamedTuple):
+    """One `share_group_lag_history` row, in the table's column order."""
+
+    scope: str
+    group_id: str
+    time: int
+    topic_id: str | None
+    topic: str | None
+    partition: int | None
+    state_partition: int | None
+    record_offset: int | None
+    start_offset: int | None
+    delivery_complete_count: int | None
+    end_offset: int | None
+    end_offset_time: int | None
+    end_offset_source: str | None
+    exact: bool
+    lag_is_lower_bound: bool
+    lag: int | None
+    partitions: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,93 +133,104 @@ def state_lag(start_offset: int | None, complete: int | None, state_end: int | N
 class _Member:
     """One share-partition of a group while its rows are walked."""
 
-    where: Where
     timeline: Timeline | None
     state: tuple[int | None, int | None, int | None] | None = None
     """(SPSO, complete, state end) of its latest state; None: no state (yet, or deleted)."""
     last_offset: tuple[int, int] = (-1, -1)
     lag: StateLag | None = None
+    """Its lag at the time last evaluated; None when it has none (no state, SPSO -1)."""
 
     def evaluate(self, t: int) -> StateLag | None:
         if self.state is None:
             return None
         estimate = self.timeline.at(t) if self.timeline is not None else UNKNOWN
-        return state_lag(*self.state, estimate)
+        lag = state_lag(*self.state, estimate)
+        return lag if lag.lag is not None else None
 
 
-def _share_partition_row(row: Mapping[str, Any], topic: str | None,
-                         lag: StateLag | None) -> dict[str, Any]:
-    return {"scope": SHARE_PARTITION, "group_id": row["group_id"], "time": row["time"],
-            "topic_id": row["topic_id"], "topic": topic, "partition": row["partition"],
-            "state_partition": row["state_partition"], "record_offset": row["record_offset"],
-            "start_offset": None if row["deleted"] else row["start_offset"],
-            "delivery_complete_count": None if row["deleted"] else row["complete"],
-            "end_offset": lag.end_offset if lag else None,
-            "end_offset_time": lag.estimate.time if lag and lag.source != STATE else None,
-            "end_offset_source": lag.source if lag else None,
-            "exact": bool(lag and lag.lag is not None and lag.exact),
-            "lag_is_lower_bound": bool(lag is None or lag.lower_bound),
-            "lag": lag.lag if lag else None, "partitions": 1}
+@dataclass
+class _Totals:
+    """The sums over a group's members with a lag, kept as members change."""
+
+    lag: int = 0
+    members: int = 0
+    inexact: int = 0
+    lower: int = 0
+
+    def add(self, lag: StateLag | None, sign: int) -> None:
+        if lag is not None and lag.lag is not None:
+            self.lag += sign * lag.lag
+            self.members += sign
+            self.inexact += sign * (not lag.exact)
+            self.lower += sign * lag.lower_bound
+
+    def row(self, group: str, t: int) -> LagRow:
+        some = self.members > 0
+        return LagRow(GROUP, group, t, None, None, None, None, None, None, None, None, None,
+                      None, some and not self.inexact, not some or self.lower > 0,
+                      self.lag if some else None, self.members)
 
 
-def _group_row(group: str, t: int, members: Iterable[_Member]) -> dict[str, Any]:
-    lags = [m.lag for m in members if m.lag is not None and m.lag.lag is not None]
-    return {"scope": GROUP, "group_id": group, "time": t, "topic_id": None, "topic": None,
-            "partition": None, "state_partition": None, "record_offset": None,
-            "start_offset": None, "delivery_complete_count": None, "end_offset": None,
-            "end_offset_time": None, "end_offset_source": None,
-            "exact": bool(lags) and all(lag.exact for lag in lags),
-            "lag_is_lower_bound": not lags or any(lag.lower_bound for lag in lags),
-            "lag": sum(lag.lag for lag in lags if lag.lag is not None) if lags else None,
-            "partitions": len(lags)}
+def _share_partition_row(row: HistoryRow, topic: str | None, lag: StateLag | None) -> LagRow:
+    if lag is None:
+        return LagRow(SHARE_PARTITION, row.group_id, row.time, row.topic_id, topic,
+                      row.partition, row.state_partition, row.record_offset, None, None, None,
+                      None, None, False, True, None, 1)
+    return LagRow(SHARE_PARTITION, row.group_id, row.time, row.topic_id, topic, row.partition,
+                  row.state_partition, row.record_offset, row.start_offset, row.complete,
+                  lag.end_offset, lag.estimate.time if lag.source != STATE else None,
+                  lag.source, lag.lag is not None and lag.exact, lag.lower_bound, lag.lag, 1)
 
 
-def _group_rows(group: str, rows: Iterator[Mapping[str, Any]],
-                timelines: Mapping[Where, Timeline], names: Mapping[str, str]
-                ) -> Iterator[dict[str, Any]]:
+def _group_rows(group: str, rows: Iterator[HistoryRow], timelines: Mapping[Where, Timeline],
+                names: Mapping[str, str]) -> Iterator[LagRow]:
     """One group's rows (its history rows in `INPUT_ORDER`), read as they come."""
     members: dict[Where, _Member] = {}
+    totals = _Totals()
     samples: list[tuple[int, Where]] = []  # (time, partition): sampled end offsets to come
-    at_sample: set[Where] = set()  # evaluated at a row's own time: look again later
+    at_sample: set[Where] = set()  # evaluated at a sampled time: look again later
     row = next(rows, None)
     while row is not None or samples:
-        t = min([*([row["time"]] if row is not None else []),
-                 *([samples[0][0]] if samples else [])])
+        t = row.time if row is not None else samples[0][0]
+        if samples and samples[0][0] < t:
+            t = samples[0][0]
         dirty = set(at_sample)
         at_sample.clear()
         while samples and samples[0][0] == t:
             dirty.add(heapq.heappop(samples)[1])
-        while row is not None and row["time"] == t:
-            where = (row["topic_id"], row["partition"])
+        while row is not None and row.time == t:
+            where = (row.topic_id, row.partition)
             member = members.get(where)
             if member is None:
-                member = members[where] = _Member(where, timelines.get(where))
+                member = members[where] = _Member(timelines.get(where))
                 if member.timeline is not None:
                     for time in member.timeline.sample_times:
                         if time > t:
                             heapq.heappush(samples, (time, where))
-            order = (row["state_partition"], row["record_offset"])
+            order = (row.state_partition, row.record_offset)
             if order >= member.last_offset:  # a clock stepping back never undoes a state
                 member.last_offset = order
-                member.state = None if row["deleted"] else (
-                    row["start_offset"], row["complete"], row["state_end"])
+                member.state = None if row.deleted else (
+                    row.start_offset, row.complete, row.state_end)
             dirty.add(where)
             own = member.timeline.at(t) if member.timeline is not None else UNKNOWN
-            lag = None if row["deleted"] else state_lag(
-                row["start_offset"], row["complete"], row["state_end"], own)
-            yield _share_partition_row(row, names.get(row["topic_id"]), lag)
+            lag = None if row.deleted else state_lag(
+                row.start_offset, row.complete, row.state_end, own)
+            yield _share_partition_row(row, names.get(row.topic_id), lag)
             row = next(rows, None)
         for where in dirty:
             member = members[where]
+            totals.add(member.lag, -1)
             member.lag = member.evaluate(t)
+            totals.add(member.lag, 1)
             if member.lag is not None and member.lag.estimate.time == t:
                 at_sample.add(where)
-        yield _group_row(group, t, members.values())
+        yield totals.row(group, t)
 
 
-def lag_history_rows(rows: Iterable[Mapping[str, Any]], timelines: Mapping[Where, Timeline],
-                     names: Mapping[str, str] | None = None) -> Iterator[dict[str, Any]]:
-    """`share_group_lag_history` rows from history rows shaped as `HISTORY_INPUT` yields,
-    each group's rows together and in `INPUT_ORDER`; `names` maps topic ids to names."""
-    for group, group_rows in itertools.groupby(rows, key=lambda r: r["group_id"]):
+def lag_history_rows(rows: Iterable[HistoryRow], timelines: Mapping[Where, Timeline],
+                     names: Mapping[str, str] | None = None) -> Iterator[LagRow]:
+    """`share_group_lag_history` rows from history rows, each group's rows together and in
+    `INPUT_ORDER`; `names` maps topic ids to names."""
+    for group, group_rows in itertools.groupby(rows, key=lambda r: r.group_id):
         yield from _group_rows(group, group_rows, timelines, names or {})

@@ -47,9 +47,6 @@ _SEGMENT_FILE = re.compile(r"(?P<base>[0-9]{20})\.log(?:\.gz)?")
 _KAFKA_ASIDE = re.compile(r"\S+-\S+\.\S+-(?:delete|future|stray)")
 """Kafka's names for a partition's folder being deleted, moved to another log dir, or left
 stray (`<topic>-<partition>.<id>-delete`): not the partition's log."""
-OTHER_TOPICS = ("partition directories of other topics in a log.dirs root; name one as a "
-                "source to read it")
-"""Why a log.dirs root's data topic partitions are passed over (`discover`'s `say`)."""
 
 
 class SourceError(Exception):
@@ -178,13 +175,16 @@ class _Walk:
 
     root: Path
     topics: Collection[str]
+    read_elsewhere: Callable[[Path], bool] = lambda folder: False
+    """Folders another reader takes: not said to be passed over."""
     segments: list[Segment] = field(default_factory=list)
     passed: dict[str, list[str]] = field(default_factory=dict)
     """Paths passed over (under `root`), by why."""
     seen: set[Path] = field(default_factory=set)
 
     def pass_over(self, entry: Path, why: str) -> None:
-        self.passed.setdefault(why, []).append(entry.relative_to(self.root).as_posix())
+        if not self.read_elsewhere(entry):
+            self.passed.setdefault(why, []).append(entry.relative_to(self.root).as_posix())
 
     def folder(self, directory: Path) -> None:
         """A partition directory's segments; in any other folder, every segment in it and
@@ -213,7 +213,8 @@ class _Walk:
             elif _KAFKA_ASIDE.fullmatch(entry.name):
                 self.pass_over(entry, "Kafka's folders of deleted, moving or stray partitions")
             elif partitions and _other_topics_partition(entry.name, self.topics):
-                self.pass_over(entry, OTHER_TOPICS)
+                self.pass_over(entry, "partition directories of other topics in a log.dirs "
+                                      "root; name one as a source to read it")
             else:
                 self.folder(entry)
 
@@ -239,9 +240,9 @@ class _Walk:
         return phrases
 
 
-def _directory_segments(directory: Path, topics: Collection[str],
-                        say: Callable[[str], None]) -> list[Segment]:
-    walk = _Walk(directory, topics)
+def _directory_segments(directory: Path, topics: Collection[str], say: Callable[[str], None],
+                        read_elsewhere: Callable[[Path], bool]) -> list[Segment]:
+    walk = _Walk(directory, topics, read_elsewhere)
     walk.folder(directory)
     passed = walk.passed_over()
     if not walk.segments:
@@ -254,9 +255,11 @@ def _directory_segments(directory: Path, topics: Collection[str],
 
 def discover(sources: Iterable[str | os.PathLike[str]], *,
              topics: Collection[str] = INTERNAL_TOPICS,
-             say: Callable[[str], None] | None = None) -> list[Segment]:
+             say: Callable[[str], None] | None = None,
+             read_elsewhere: Callable[[Path], bool] | None = None) -> list[Segment]:
     """All segments named by `sources`, in argument order (duplicates dropped); `say` is
-    told what a directory held that was not read, in one line per reason.
+    told what a directory held that was not read, in one line per reason, but for the
+    folders `read_elsewhere` says another reader takes.
 
     A source that holds no segment is never read as empty: raises `SourceError` for a path
     that does not exist or cannot be read, a file that is not a segment, or a directory
@@ -275,7 +278,8 @@ def discover(sources: Iterable[str | os.PathLike[str]], *,
         if not os.access(path, os.R_OK):
             raise SourceError(f"{path}: permission denied")
         if path.is_dir():
-            found.extend(_directory_segments(path, topics, say or (lambda line: None)))
+            found.extend(_directory_segments(path, topics, say or (lambda line: None),
+                                             read_elsewhere or (lambda folder: False)))
         else:
             found.append(segment_of(path, topics))
     seen: set[Path] = set()

@@ -21,7 +21,10 @@ A copy taken while the broker appends may end before the last appends its modifi
 time covers. A time whose answer would be the first retained offset, records having been
 deleted before it, has no answer: the end offset then was at most that (outside retention).
 
-`partition.metadata` (Kafka's file in each partition folder) gives the topic id.
+`partition.metadata` (Kafka's file in each partition folder) gives the topic id. A deleted
+topic's partition folders are renamed `<topic>-<partition>.<32 hex digits>-delete` and kept
+for `file.delete.delay.ms` (a minute by default): a copy made meanwhile still tells that
+topic's end offsets, under its own id.
 """
 
 from __future__ import annotations
@@ -33,10 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sharestate.log.batch import CREATE_TIME, LOG_APPEND_TIME, Batch
-from sharestate.log.discovery import INTERNAL_TOPICS, Segment, SourceError, read_segment
+from sharestate.log.discovery import Segment, SourceError, read_segment
 from sharestate.log.framing import DEFAULT_LIMITS, ReadLimits
 
-_PARTITION_DIR = re.compile(r"(?P<topic>[A-Za-z0-9._-]+)-(?P<partition>[0-9]+)")
+_PARTITION_DIR = re.compile(r"(?P<topic>[A-Za-z0-9._-]+)-(?P<partition>[0-9]+)"
+                            r"(?P<deleted>\.[0-9a-f]{32}-delete)?")
 _SEGMENT_FILE = re.compile(r"(?P<base>[0-9]{20})\.log")
 _TOPIC_ID = re.compile(r"^topic_id:\s*(\S+)\s*$", re.M)
 METADATA_FILE = "partition.metadata"
@@ -93,9 +97,15 @@ def _log_starts(root: Path) -> dict[tuple[str, int], int]:
     return starts
 
 
+def is_data_partition(folder: Path) -> bool:
+    """Whether a folder's name is a data topic partition's (a deleted one's too)."""
+    named = _PARTITION_DIR.fullmatch(folder.name)
+    return named is not None and not named["topic"].startswith("__")
+
+
 def _partition(folder: Path, starts: dict[tuple[str, int], int]) -> DataPartition | None:
     named = _PARTITION_DIR.fullmatch(folder.name)
-    if named is None or named["topic"] in INTERNAL_TOPICS or named["topic"].startswith("__"):
+    if named is None or not is_data_partition(folder):
         return None
     topic, partition = named["topic"], int(named["partition"])
     try:

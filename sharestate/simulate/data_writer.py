@@ -3,12 +3,14 @@ topic partition, `partition.metadata` naming the topic id, and each produce requ
 records as one batch stamped with the broker's append time (LogAppendTime), so the
 segments alone tell each partition's end offset at any simulated time
 (`sharestate.log.end_offsets`). Values are empty: only offsets and times matter here.
-A deleted topic's folders go, as Kafka deletes them; its replacement starts at offset 0.
+A deleted topic's folders are renamed `<topic>-<partition>.<id>-delete`, as Kafka renames
+them before it deletes them a minute later (the simulated copy is taken within that
+minute); its replacement starts at offset 0.
 """
 
 from __future__ import annotations
 
-import shutil
+import base64
 from pathlib import Path
 
 from sharestate.log import LOG_APPEND_TIME, RawRecord, SegmentWriter, build_batch
@@ -47,11 +49,13 @@ class DataTopics:
         self.ends[(self.ids[topic], partition)].append((now, first + count))
 
     def delete(self, topic: str, partitions: int) -> None:
-        """A topic's folders removed."""
+        """A topic's folders renamed aside, as Kafka marks them for deletion."""
+        unique = base64.urlsafe_b64decode(self.ids[topic] + "==").hex()
         for p in range(partitions):
             writer = self.writers.pop((topic, p))
             writer.close()
-            shutil.rmtree(writer.directory)
+            writer.directory.rename(writer.directory.with_name(
+                f"{writer.directory.name}.{unique}-delete"))
 
     def close(self) -> None:
         for writer in self.writers.values():

@@ -31,7 +31,7 @@ from sharestate.lake.integrity import DamagedTable, check_warehouse
 from sharestate.lake.lease import LeaseError, warehouse_lease
 from sharestate.locations import URI, location
 from sharestate.log import DEFAULT_MAX_BATCH_RECORDS, ReadLimits, SourceError, discover
-from sharestate.log.discovery import OTHER_TOPICS
+from sharestate.log.end_offsets import is_data_partition
 from sharestate.replay.logs import AsOf
 from sharestate.tables.gold_pass import GoldOptions
 
@@ -193,20 +193,19 @@ def _check_clusters(sources: Sequence[str], kafka_options: dict[str, str],
 
 def _check_files(sources: Sequence[str], end_offsets_from: Sequence[str] = ()) -> None:
     """Every file source must hold segments (else SourceError), before any work; stderr
-    says what a folder held that is not read, and which folders name no partition (not a
-    root's data topics when `--end-offsets-from` reads them)."""
+    says what a folder held that is not read (a root's data topics are, when it is also an
+    `--end-offsets-from` source), and which folders name no partition."""
     from sharestate.cluster.kafka_options import KAFKA_SCHEME
 
     data_roots = {Path(source).resolve() for source in end_offsets_from
                   if not source.startswith(KAFKA_SCHEME)}
 
-    def say(line: str) -> None:
-        folder, _, passed = line.partition(": not read: ")
-        if not (passed.endswith(f"({OTHER_TOPICS})") and Path(folder).resolve() in data_roots):
-            print(line, file=sys.stderr)
+    def read_elsewhere(folder: Path) -> bool:
+        return folder.parent.resolve() in data_roots and is_data_partition(folder)
 
     files = [source for source in sources if not source.startswith(KAFKA_SCHEME)]
-    segments = discover(files, say=say) if files else []
+    segments = discover(files, say=lambda line: print(line, file=sys.stderr),
+                        read_elsewhere=read_elsewhere) if files else []
     for note in dict.fromkeys(f"{segment.path.parent}: {segment.note}: partition unknown"
                               for segment in segments if segment.note):
         print(note, file=sys.stderr)

@@ -25,9 +25,15 @@ from sharestate.analytics.audit import (
     rules_of,
 )
 from sharestate.analytics.end_offset_sources import file_rows, observe
-from sharestate.analytics.end_offsets import Timeline, Where, merge_rows, sample_level, timelines
+from sharestate.analytics.end_offsets import Timeline, Where, merge_rows, sample_times, timelines
 from sharestate.analytics.lag import FILE, lag_rows
-from sharestate.analytics.lag_history import HISTORY_INPUT, INPUT_ORDER, lag_history_rows
+from sharestate.analytics.lag_history import (
+    HISTORY_INPUT,
+    INPUT_ORDER,
+    HistoryRow,
+    LagRow,
+    lag_history_rows,
+)
 from sharestate.analytics.redelivery import redelivery_rows
 from sharestate.coordinator.share_state import ShareKey
 from sharestate.lake import Lake, Target, open_lake
@@ -35,31 +41,14 @@ from sharestate.spark.jobs.warehouse import RunReport, Warehouse, rows_table, ta
 from sharestate.tables.gold import states_from_rows
 from sharestate.tables.gold_pass import rows_of
 from sharestate.tables.metadata import metadata_from_rows
+from sharestate.tables.spec import table
 
 RULES = rules_of("analytics")
 """The `audit_findings` rules this job owns (it replaces their partitions)."""
 HISTORY_VIEW = "share_partition_state_history"
-LEVELS_VIEW = "sharestate_sample_levels"
-SAMPLE_SPANS = f"""
-    WITH g AS (SELECT group_id, min(timestamp) AS low, max(timestamp) AS high
-               FROM {HISTORY_VIEW} WHERE timestamp IS NOT NULL GROUP BY group_id),
-    k AS (SELECT DISTINCT group_id, topic_id, partition FROM {HISTORY_VIEW})
-    SELECT k.topic_id, k.partition, min(g.low) AS low, max(g.high) AS high
-    FROM k JOIN g USING (group_id) GROUP BY k.topic_id, k.partition"""
-"""Per data partition, the span of the state-change times of the groups consuming it."""
-SAMPLES = f"""
-    WITH k AS (SELECT DISTINCT group_id, topic_id, partition FROM {HISTORY_VIEW}),
-    gl AS (SELECT k.group_id, min(l.level) AS level
-           FROM k JOIN {LEVELS_VIEW} l USING (topic_id, partition) GROUP BY k.group_id),
-    t AS (SELECT h.group_id, min(h.timestamp) AS time
-          FROM {HISTORY_VIEW} h JOIN gl USING (group_id) WHERE h.timestamp IS NOT NULL
-          GROUP BY h.group_id, shiftright(h.timestamp, gl.level))
-    SELECT k.topic_id, k.partition, min(t.time) AS time
-    FROM k JOIN {LEVELS_VIEW} l USING (topic_id, partition) JOIN t USING (group_id)
-    GROUP BY k.topic_id, k.partition, shiftright(t.time, l.level)"""
-"""The sampled times (`end_offsets.sampled`, with each partition's latest from
-`SAMPLE_SPANS`): the first time of each 2^level ms cell, first per group at the finest level
-of its partitions (the cells nest), then per partition."""
+CONSUMERS = f"SELECT DISTINCT group_id, topic_id, partition FROM {HISTORY_VIEW}"
+GROUP_TIMES = f"""SELECT DISTINCT group_id, timestamp FROM {HISTORY_VIEW}
+                  WHERE timestamp IS NOT NULL"""
 BATCH_ROWS = 10_000
 
 
@@ -97,17 +86,15 @@ def _analytics_task(batches: Iterator[pa.RecordBatch], names: dict[str, str],
 
 def _sampled_times(spark: SparkSession) -> dict[Where, list[int]]:
     """The times each data partition is asked for (the history registered as a view)."""
-    spans = spark.sql(SAMPLE_SPANS).collect()
-    if not spans:
-        return {}
-    spark.createDataFrame([(r["topic_id"], r["partition"], sample_level(r["low"], r["high"]))
-                           for r in spans], "topic_id string, partition int, level int") \
-        .createOrReplaceTempView(LEVELS_VIEW)
-    wanted: dict[Where, set[int]] = {(r["topic_id"], r["partition"]): {r["high"]}
-                                     for r in spans}
-    for r in spark.sql(SAMPLES).collect():
-        wanted[(r["topic_id"], r["partition"])].add(r["time"])
-    return {where: sorted(times) for where, times in wanted.items()}
+    consumers: dict[Where, set[str]] = {}
+    for r in spark.sql(CONSUMERS).collect():
+        consumers.setdefault((r["topic_id"], r["partition"]), set()).add(r["group_id"])
+    times = spark.sql(GROUP_TIMES).toArrow()
+    group_times: dict[str, list[int]] = {}
+    for group, stamp in zip(times.column("group_id").to_pylist(),
+                           times.column("timestamp").to_pylist(), strict=True):
+        group_times.setdefault(group, []).append(stamp)
+    return sample_times(consumers, group_times)
 
 
 def _end_offsets(spark: SparkSession, lake: Lake, warehouse: Warehouse, inputs: AnalyticsInputs,
@@ -126,15 +113,22 @@ def _end_offsets(spark: SparkSession, lake: Lake, warehouse: Warehouse, inputs: 
 
 def _lag_history_task(batches: Iterator[pa.RecordBatch], lines: dict[Where, Timeline],
                       names: dict[str, str]) -> Iterator[tuple[str, pa.RecordBatch]]:
-    rows = (row for batch in batches for row in batch.to_pylist())
-    chunk: list[dict[str, Any]] = []
+    schema = table("share_group_lag_history").arrow_schema()
+    rows = (HistoryRow._make(row) for batch in batches for row in zip(
+        *(batch.column(name).to_pylist() for name in HistoryRow._fields), strict=True))
+    chunk: list[LagRow] = []
     for row in lag_history_rows(rows, lines, names):
         chunk.append(row)
         if len(chunk) >= BATCH_ROWS:
-            yield rows_of("share_group_lag_history", chunk)
+            yield "share_group_lag_history", _columns(chunk, schema)
             chunk = []
     if chunk:
-        yield rows_of("share_group_lag_history", chunk)
+        yield "share_group_lag_history", _columns(chunk, schema)
+
+
+def _columns(rows: list[LagRow], schema: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array(column, field.type) for column, field in zip(
+        zip(*rows, strict=True), schema, strict=True)], schema=schema)
 
 
 def _lag_history(spark: SparkSession, lake: Lake, warehouse: Warehouse,
