@@ -102,6 +102,17 @@ def test_append_reads_back_through_spark_and_delta_rs(spark: SparkSession, lake:
         {"offset": 0, "topic": "a"}, {"offset": 1, "topic": "a"}]
 
 
+def test_a_table_under_a_symbolic_link_reads_through_it(spark: SparkSession, lake: Lake,
+                                                       tmp_path: Path) -> None:
+    """delta-rs lists a table's files by their resolved paths: Spark's basePath must be
+    the resolved folder too, or Spark refuses the read ("Wrong basePath")."""
+    path = new_table(lake, tmp_path / "real" / "t")
+    data = rows("a", 0, range(0, 20))
+    lake.append(frame(spark, data), path)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert content(lake.read(tmp_path / "link" / "t")) == sorted(data)
+
+
 def test_partition_overwrite_is_idempotent(spark: SparkSession, lake: Lake,
                                            tmp_path: Path) -> None:
     path = new_table(lake, tmp_path / "t")

@@ -72,7 +72,9 @@ UNSUPPORTED_READER_FEATURES = frozenset({"deletionVectors", "columnMapping"})
 
 
 def _root(path: TablePath) -> str:
-    return os.path.abspath(os.fspath(path))
+    """The table's folder, links resolved as delta-rs resolves them in the file URIs it
+    lists (Spark's `basePath` must be their prefix)."""
+    return os.path.realpath(os.fspath(path))
 
 
 def read_table(path: TablePath, columns: Sequence[str] | None = None) -> pa.Table:
