@@ -193,6 +193,7 @@ def probe(out: Path) -> None:
     result["rendered"] = {task_id: fields(rendered(task_id)[0]) for task_id in TASKS}
     overrides = {"spark_conn_id": "from_param", "warehouse": "/param/wh",
                  "source": " /param/a\n/param/b ", "delivery_limit": 5, "full_ingest": True,
+                 "end_offsets_from": '["kafka://b9:9092", "/param/data-logs"]',
                  "spark_conf": {"spark.executor.memory": "3g"}, "semantics": "transactional-acks",
                  "end_offsets": "/param/ends.json",
                  "kafka_options": {"security.protocol": "SASL_SSL"}}
@@ -211,6 +212,7 @@ def probe(out: Path) -> None:
                           ("quality", {"warehouse": "lake/wh"}),
                           ("ingest", {"source": '["/kafka/logs", "logs"]'}),
                           ("analytics", {"end_offsets": "ends.json"}),
+                          ("analytics", {"end_offsets_from": "data-logs"}),
                           ("ingest", {"warehouse": "s3://lake/wh",
                                       "source": "kafka://b1:9092 /kafka/logs"})):
         try:
@@ -325,7 +327,8 @@ def test_templates_render_for_a_logical_date(probed: dict[str, Any]) -> None:
     assert args["decode"] == ["--warehouse=/var/wh", f"--run-id={RUN_ID}"]
     assert args["replay"] == ["--warehouse=/var/wh", f"--run-id={RUN_ID}",
                               f"--as-of-time={end}"]
-    assert args["analytics"] == args["replay"]
+    # the live cluster's end offsets through time, so scheduled runs accumulate them
+    assert args["analytics"] == [*args["replay"], "--end-offsets-from=kafka://b1:9092,b2:9092"]
     quality = r["quality"]
     assert quality["bash_command"] == 'sharestate quality --warehouse "$SHARESTATE_WAREHOUSE"'
     assert quality["env"] == {"SHARESTATE_WAREHOUSE": "/var/wh", "SHARESTATE_RUN_ID": RUN_ID,
@@ -348,7 +351,9 @@ def test_params_override_variables(probed: dict[str, Any]) -> None:
                               "--delivery-limit=5"]
     assert args["analytics"] == ["--warehouse=/param/wh", f"--run-id={RUN_ID}",
                                  f"--as-of-time={end}", "--end-offsets=/param/ends.json",
-                                 "--delivery-limit=5"]
+                                 "--delivery-limit=5", "--end-offsets-from=kafka://b9:9092",
+                                 "--end-offsets-from=/param/data-logs",
+                                 "--kafka-option=security.protocol=SASL_SSL"]
     assert r["quality"]["env"]["SHARESTATE_WAREHOUSE"] == "/param/wh"
 
 
@@ -372,12 +377,13 @@ def test_a_relative_path_setting_fails_without_retry(probed: dict[str, Any]) -> 
     one): a relative warehouse, source or end-offsets file has no one meaning."""
     outcomes = probed["relative_paths"]
     refused = {key: value for key, value in outcomes.items() if value[0] != "rendered"}
-    assert len(refused) == 4, outcomes
+    assert len(refused) == 5, outcomes
     for key, (kind, message) in refused.items():
         assert kind == "AirflowFailException", key
         assert "must be an absolute path or a URI" in message, message
     assert "'lake/wh'" in refused["quality {'warehouse': 'lake/wh'}"][1]
     assert "'logs'" in refused["ingest {'source': '[\"/kafka/logs\", \"logs\"]'}"][1]
+    assert "'data-logs'" in refused["analytics {'end_offsets_from': 'data-logs'}"][1]
     kind, fields = outcomes["ingest {'warehouse': 's3://lake/wh', 'source': "
                             "'kafka://b1:9092 /kafka/logs'}"]
     assert kind == "rendered"
@@ -429,7 +435,8 @@ def test_spark_exit_statuses(probed: dict[str, Any]) -> None:
     assert argv[argv.index("--name") + 1] == f"sharestate-analytics-{RUN_ID}"
     app = argv.index("/opt/sharestate/pipelines/analytics.py")
     assert argv[app + 1:] == ["--warehouse=/var/wh", f"--run-id={RUN_ID}",
-                              f"--as-of-time={INTERVAL[1]}"]
+                              f"--as-of-time={INTERVAL[1]}",
+                              "--end-offsets-from=kafka://b1:9092,b2:9092"]
     assert "--py-files" not in argv
 
 

@@ -163,6 +163,22 @@ def test_cookbook_queries_run(tour: Path, spark: Any) -> None:
         assert spark.sql(query).collect(), query
 
 
+@pytest.mark.slow
+def test_cookbook_lag_over_time_is_exact_to_the_end(tour: Path, spark: Any) -> None:
+    """The tour gives the data topics' segments, so each group's lag over time is exact, and
+    its last second ends at the group's last point in the table."""
+    from sharestate.lake import register_views
+
+    register_views(spark, tour)
+    rows = spark.sql(cookbook_query("Lag over time, exact")).collect()
+    assert rows and all(r["exact"] and not r["lag_is_lower_bound"] for r in rows)
+    last = {r["group_id"]: r["lag"] for r in rows}  # ordered by bucket: the last one stays
+    assert last == {r["group_id"]: r["lag"] for r in spark.sql(
+        "SELECT group_id, max_by(lag, time) AS lag FROM share_group_lag_history "
+        "WHERE scope = 'group' AND lag IS NOT NULL GROUP BY group_id").collect()}
+    assert len(last) == 3
+
+
 def test_configuration_reference_is_rendered_from_the_code() -> None:
     """docs/configuration.md is what `python -m sharestate.app.reference` renders now, and it
     covers every command, job argument, Spark default and quality key."""

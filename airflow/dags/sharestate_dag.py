@@ -21,6 +21,13 @@ recorded. Every job of a run gets the same `--run-id airflow-<start>-<end>` (UTC
 record `as_of`), and the Spark conf `spark.sharestate.interval=<start>/<end>` (ISO 8601).
 A run without a data interval (a manual run with no logical date) uses `run_after` for both.
 
+**Lag through time.** `analytics` gets every `kafka://` source as `--end-offsets-from` (and
+the `end_offsets_from` setting's sources, and the `kafka_options`): each run asks the live
+cluster the data topics' end offsets at the share groups' state changes (ListOffsets by
+timestamp, within the topics' retention) and adds them to `topic_end_offsets`, which keeps
+them after the records are deleted, so the scheduled runs accumulate the exact
+`share_group_lag_history`.
+
 **Re-runs.** Clearing a run re-runs the same interval with the same arguments and run id;
 the jobs are idempotent (ingest/decode replace the segments they read, replay/analytics
 recompute and replace their tables), so the gold tables come out the same as long as the
@@ -51,12 +58,14 @@ interval backfilled. Backfill into another warehouse (`--dag-run-conf '{"warehou
 **Settings** (a DAG-run param wins, else the Airflow Variable `sharestate_<name>`, else the
 default): `spark_conn_id` (`spark_default`), `source` (required: log.dirs roots, segment
 paths or `kafka://` URIs, a JSON list or whitespace-separated), `warehouse` (required),
-(`source`, `warehouse` and `end_offsets` must be absolute paths or URIs: a relative path
-fails the task without retry, as the tasks run in different working directories),
-`pipelines_dir` (the `pipelines/` folder beside this file's repository), `py_files` (e.g.
-the sharestate wheel, for a cluster), `spark_conf` (JSON object of extra Spark settings),
-`semantics`, `delivery_limit`, `end_offsets` (JSON file for the lag), `kafka_options` (JSON
-object), `full_ingest`, `fail_on_findings`, `quality_command` (run by bash with
+(`source`, `warehouse`, `end_offsets` and `end_offsets_from` must be absolute paths or URIs:
+a relative path fails the task without retry, as the tasks run in different working
+directories), `pipelines_dir` (the `pipelines/` folder beside this file's repository),
+`py_files` (e.g. the sharestate wheel, for a cluster), `spark_conf` (JSON object of extra
+Spark settings), `semantics`, `delivery_limit`, `end_offsets` (JSON file for the lag),
+`end_offsets_from` (more sources of end offsets through time: `kafka://`, `http://` of
+`sharestate serve`, log.dirs folders of the data topics), `kafka_options` (JSON object),
+`full_ingest`, `fail_on_findings`, `quality_command` (run by bash with
 `SHARESTATE_WAREHOUSE`, `SHARESTATE_RUN_ID`, `SHARESTATE_INTERVAL_START`,
 `SHARESTATE_INTERVAL_END` set; default `sharestate quality --warehouse
 "$SHARESTATE_WAREHOUSE"`).
@@ -98,6 +107,7 @@ DEFAULT_QUALITY_COMMAND = 'sharestate quality --warehouse "$SHARESTATE_WAREHOUSE
 RUN_ID_TIME = "%Y%m%dT%H%M%SZ"
 TRUE = ("1", "true", "yes", "on")
 URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+KAFKA_SCHEME = "kafka://"
 USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s]*@")
 """A URL with a user name or password (`kafka://user:secret@host:9092`)."""
 
@@ -199,6 +209,11 @@ def _items(value: str) -> list[str]:
     return [item for item in items if item]
 
 
+def kafka_sources(value: str) -> str:
+    """The `kafka://` items of a sources setting (see `options`), as a JSON list."""
+    return json.dumps([item for item in _items(value) if item.startswith(KAFKA_SCHEME)])
+
+
 def switch(flag: str, value: str) -> str:
     """`flag` when `value` is true ('true', '1', 'yes', 'on'), else ''."""
     return flag if value.strip().lower() in TRUE else ""
@@ -208,7 +223,7 @@ DEFAULTS = {"spark_conn_id": "spark_default", "pipelines_dir": DEFAULT_PIPELINES
             "spark_conf": "{}", "quality_command": DEFAULT_QUALITY_COMMAND}
 MACROS = {"setting": setting, "interval_start": interval_start, "interval_end": interval_end,
           "pipeline_run_id": pipeline_run_id, "option": option, "options": options,
-          "switch": switch,
+          "kafka_sources": kafka_sources, "switch": switch,
           "defaults": DEFAULTS}
 
 
@@ -333,7 +348,12 @@ JOB_ARGS: dict[str, list[str]] = {
                DELIVERY_LIMIT],
     "analytics": [WAREHOUSE, RUN_ID, AS_OF,
                   "{{ option('--end-offsets', setting('end_offsets', locations=True)) }}",
-                  DELIVERY_LIMIT],
+                  DELIVERY_LIMIT,
+                  "{{ options('--end-offsets-from', kafka_sources(setting('source', "
+                  "required=True, locations=True))) }}",
+                  "{{ options('--end-offsets-from', setting('end_offsets_from', "
+                  "locations=True)) }}",
+                  "{{ options('--kafka-option', setting('kafka_options')) }}"],
 }
 TIMEOUTS = {"ingest": timedelta(hours=2), "decode": timedelta(hours=1),
             "replay": timedelta(hours=2), "analytics": timedelta(hours=1),
@@ -356,6 +376,9 @@ PARAMS = {
     "semantics": _param("replay semantics: kafka or transactional-acks"),
     "delivery_limit": _param("group.share.delivery.count.limit, for poison ranges", "integer"),
     "end_offsets": _param("JSON file of topic end offsets, for the lag"),
+    "end_offsets_from": _param("sources of the data topics' end offsets through time, for the "
+                               "lag history, besides the kafka:// sources (used already): "
+                               "kafka:// URIs, http:// of sharestate serve, log.dirs folders"),
     "kafka_options": _param("client settings for a kafka:// source (secrets: SHARESTATE_KAFKA_* "
                             "in the worker's environment)", "object"),
     "full_ingest": _param("re-ingest every segment", "boolean"),
