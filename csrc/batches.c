@@ -86,7 +86,7 @@ PyObject *native_scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         if (count > 0) {
             PyObject *error = NULL;
             int rc = native_parse_into(records, buf, len, off + 61, off + (Py_ssize_t)size, count,
-                                       base_offset, base_ts, base_seq,
+                                       base_offset, base_ts, base_seq, last_delta,
                                        PyBytes_CheckExact(args[0]) ? args[0] : NULL, &error);
             if (rc != 0) {
                 Py_XDECREF(error);

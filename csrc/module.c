@@ -56,7 +56,7 @@ static PyMethodDef methods[] = {
      "(values, new position); twin: sharestate.records.codec.read_struct_py."},
     {"parse_records", (PyCFunction)(void (*)(void))native_parse_records, METH_FASTCALL,
      "parse_records($module, buf, pos, end, count, base_offset, base_timestamp, "
-     "base_sequence, /)\n--\n\n"
+     "base_sequence, last_delta, /)\n--\n\n"
      "(records, None or (message, position)); twin: "
      "sharestate.log.records_v2.parse_records_py."},
     {"scan_v2", (PyCFunction)(void (*)(void))native_scan_v2, METH_FASTCALL,

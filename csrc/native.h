@@ -155,8 +155,8 @@ PyObject *native_read_struct(PyObject *self, PyObject *const *args, Py_ssize_t n
 PyObject *native_parse_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 int native_parse_into(PyObject *records, const unsigned char *buf, Py_ssize_t len,
                       Py_ssize_t pos, Py_ssize_t end, long long count, long long base_offset,
-                      long long base_timestamp, long long base_sequence, PyObject *owner,
-                      PyObject **error);
+                      long long base_timestamp, long long base_sequence,
+                      long long last_delta, PyObject *owner, PyObject **error);
 PyObject *native_scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_next_candidate(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_crc_shift(PyObject *self, PyObject *const *args, Py_ssize_t nargs);

@@ -84,7 +84,7 @@ static PyObject *slice(Cursor *c, Py_ssize_t at, Py_ssize_t n) {
  * (or a Python error pending when allocation failed). */
 static PyObject *one_record(Cursor *c, Py_ssize_t end, long long base_offset,
                             long long base_timestamp, long long base_sequence,
-                            PyObject *owner) {
+                            long long *low, long long last_delta, PyObject *owner) {
     long long size, ts_delta = 0, off_delta = 0, length;
     Py_ssize_t key_pos = 0, key_len = -1, value_pos = 0, value_len = -1;
     if (varint(c, &size) < 0) return NULL;
@@ -167,6 +167,12 @@ static PyObject *one_record(Cursor *c, Py_ssize_t end, long long base_offset,
              (long long)(c->pos - body_end) + size);
         goto error;
     }
+    if (off_delta < *low || off_delta > last_delta) {
+        fail(c, "offset delta %lld is outside %lld to %lld (after the record before it, "
+             "within the batch's last offset delta)", off_delta, *low, last_delta);
+        goto error;
+    }
+    *low = off_delta + 1;
     long long offset = (long long)((uint64_t)base_offset + (uint64_t)off_delta);
     long long timestamp = (long long)((uint64_t)base_timestamp + (uint64_t)ts_delta);
     if (owner) {
@@ -224,8 +230,8 @@ static int load_record_type(void) {
  * `owner` (the bytes object `buf` belongs to, or NULL) lets records point into it. */
 int native_parse_into(PyObject *records, const unsigned char *buf, Py_ssize_t len,
                       Py_ssize_t pos, Py_ssize_t end, long long count, long long base_offset,
-                      long long base_timestamp, long long base_sequence, PyObject *owner,
-                      PyObject **error) {
+                      long long base_timestamp, long long base_sequence,
+                      long long last_delta, PyObject *owner, PyObject **error) {
     if (load_record_type() < 0) return -1;
     *error = NULL;
     if (count < 0) {
@@ -235,13 +241,14 @@ int native_parse_into(PyObject *records, const unsigned char *buf, Py_ssize_t le
     }
     Cursor c = { buf, len, pos, NULL, 0 };
     Py_ssize_t start = pos;
+    long long low = 0; /* the smallest offset delta the next record may have */
     for (long long index = 0; index < count; index++) {
         start = c.pos;
         if (c.pos >= end) {
             fail(&c, "batch ends after %lld of %lld records", index, count);
         } else {
             PyObject *record = one_record(&c, end, base_offset, base_timestamp, base_sequence,
-                                          owner);
+                                          &low, last_delta, owner);
             if (record) {
                 int rc = PyList_Append(records, record);
                 Py_DECREF(record);
@@ -266,12 +273,12 @@ int native_parse_into(PyObject *records, const unsigned char *buf, Py_ssize_t le
     return 0;
 }
 
-/* parse_records(buf, pos, end, count, base_offset, base_timestamp, base_sequence)
- *   -> (list of records, None | (message, position)) */
+/* parse_records(buf, pos, end, count, base_offset, base_timestamp, base_sequence,
+ *               last_delta) -> (list of records, None | (message, position)) */
 PyObject *native_parse_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "parse_records takes 7 arguments");
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "parse_records takes 8 arguments");
         return NULL;
     }
     Py_buffer view;
@@ -282,6 +289,7 @@ PyObject *native_parse_records(PyObject *self, PyObject *const *args, Py_ssize_t
     long long base_offset = PyLong_AsLongLong(args[4]);
     long long base_timestamp = PyLong_AsLongLong(args[5]);
     long long base_sequence = PyLong_AsLongLong(args[6]);
+    long long last_delta = PyLong_AsLongLong(args[7]);
     PyObject *records = NULL, *error = NULL, *result = NULL;
     if (PyErr_Occurred()) goto done;
     if (pos < 0 || end > view.len || pos > end) {
@@ -291,7 +299,7 @@ PyObject *native_parse_records(PyObject *self, PyObject *const *args, Py_ssize_t
     records = PyList_New(0);
     if (!records) goto done;
     if (native_parse_into(records, view.buf, view.len, pos, end, count, base_offset,
-                          base_timestamp, base_sequence,
+                          base_timestamp, base_sequence, last_delta,
                           PyBytes_CheckExact(args[0]) ? args[0] : NULL, &error) < 0) goto done;
     result = PyTuple_Pack(2, records, error ? error : Py_None);
 done:

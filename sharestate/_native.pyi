@@ -61,7 +61,7 @@ def read_struct(layout: CapsuleType, data: Buffer, pos: int, end: int,
     `sharestate.records.codec.read_struct_py`."""
 
 def parse_records(buf: Buffer, pos: int, end: int, count: int, base_offset: int,
-                  base_timestamp: int, base_sequence: int,
+                  base_timestamp: int, base_sequence: int, last_delta: int,
                   /) -> tuple[list[RawRecord], RecordError | None]:
     """`count` v2 records of `buf[pos:end]`; twin: `sharestate.log.records_v2.parse_records_py`."""
 

@@ -163,16 +163,18 @@ def test_too_large_batch_is_skipped() -> None:
     assert "batch_too_large" in kinds
 
 
-def _bomb(codec: str) -> bytes:
-    record = RawRecord(100, 1_700_000_000_000, -1, b"k", bytes(20 << 20), ())
+def _bomb(codec: str, offset: int) -> bytes:
+    record = RawRecord(offset, 1_700_000_000_000, -1, b"k", bytes(20 << 20), ())
     return build_batch([record], compression=codec)
 
 
 @pytest.mark.parametrize("codec", ["gzip", "zstd", "lz4", "snappy"])
 def test_decompression_bomb(codec: str) -> None:
     data = fixture()
-    size = spans(data)[0][1]
-    bomb = _bomb(codec)
+    first, second = batches(read_all(data))[:2]
+    size = first.header.size_in_bytes
+    data = data[:size] + data[size + second.header.size_in_bytes:]  # room for the bomb
+    bomb = _bomb(codec, second.header.base_offset)
     assert len(bomb) < 1 << 20
     stream = data[:size] + bomb + data[size:]
     tracemalloc.start()
@@ -187,7 +189,7 @@ def test_decompression_bomb(codec: str) -> None:
     assert bombed.records == []
     [finding] = bombed.findings
     assert finding.kind == "decompression_limit"
-    assert finding.position == size and finding.offset == 100
+    assert (finding.position, finding.offset) == (size, second.header.base_offset)
     assert records(items) == records(read_all(data))
 
 
@@ -219,16 +221,16 @@ def test_bad_record_in_valid_batch_keeps_earlier_records() -> None:
 
 def test_parse_records_rejects_overlong_varint() -> None:
     buf = b"\xff\xff\xff\xff\xff\x01" + b"\x00" * 20
-    parsed, error = parse_records(buf, 0, len(buf), 1, 0, 0, 0)
+    parsed, error = parse_records(buf, 0, len(buf), 1, 0, 0, 0, 0)
     assert parsed == [] and error is not None and "longer than 5 bytes" in error[0]
-    parsed, error = parse_records(b"", 0, 0, -1, 0, 0, 0)
+    parsed, error = parse_records(b"", 0, 0, -1, 0, 0, 0, 0)
     assert parsed == [] and error == ("negative record count -1", 0)
 
 
 def test_parse_records_reports_leftover_bytes() -> None:
     batch = build_batch([RawRecord(0, 0, 0, None, b"v", ())], base_sequence=0)
     buf = batch + b"\x00\x00"
-    parsed, error = parse_records(buf, V2_HEADER_SIZE, len(buf), 1, 0, 0, 0)
+    parsed, error = parse_records(buf, V2_HEADER_SIZE, len(buf), 1, 0, 0, 0, 0)
     assert len(parsed) == 1 and error == ("2 bytes left after the last of 1 records", len(batch))
 
 
@@ -316,6 +318,12 @@ def test_one_changed_byte_spoils_only_its_batch(name: str, where: int, xor: int)
     hit = next(p for p, size in spans(data) if p <= at < p + size)
     expected = [b for b in batches(read_all(data)) if b.header.position != hit]
     survivors = [b for b in batches(items) if b.header.position != hit]
+    if at < 8:  # the first batch's base offset: at a log's start, a jump ahead cannot be
+        # told from the batches it jumps over going back (sharestate.log.order)
+        first = batches(read_all(data))[0].header
+        reach = struct.unpack_from(">q", changed)[0] + first.last_offset - first.base_offset
+        expected = [b for b in expected if b.header.base_offset > reach]
+        survivors = [b for b in survivors if b.header.base_offset > reach]
     assert survivors == expected
 
 

@@ -124,13 +124,14 @@ def test_native_matches_python_on_random_bytes(index: int, data: bytes) -> None:
     assert _outcome(read_struct, layout, data) == _outcome(read_struct_py, layout, data)
 
 
-def _record_outcome(parser: Any, buf: bytes, count: int) -> Any:
-    return parser(buf, 0, len(buf), count, 1000, 1_760_000_000_000, 0)
+def _record_outcome(parser: Any, buf: bytes, count: int, last_delta: int) -> Any:
+    return parser(buf, 0, len(buf), count, 1000, 1_760_000_000_000, 0, last_delta)
 
 
-def _fixture_record_sections() -> list[tuple[bytes, int]]:
-    """(uncompressed record bytes, record count) of every uncompressed fixture batch."""
-    sections: list[tuple[bytes, int]] = []
+def _fixture_record_sections() -> list[tuple[bytes, int, int]]:
+    """(uncompressed record bytes, record count, last offset delta) of every uncompressed
+    fixture batch."""
+    sections: list[tuple[bytes, int, int]] = []
     for path in sorted(conformance_dir().glob("*/*.log")):
         data = path.read_bytes()
         pos = 0
@@ -138,8 +139,9 @@ def _fixture_record_sections() -> list[tuple[bytes, int]]:
             size = int.from_bytes(data[pos + 8:pos + 12], "big") + 12
             attributes = int.from_bytes(data[pos + 21:pos + 23], "big")
             count = int.from_bytes(data[pos + 57:pos + 61], "big", signed=True)
+            last_delta = int.from_bytes(data[pos + 23:pos + 27], "big", signed=True)
             if attributes & 7 == 0:
-                sections.append((data[pos + 61:pos + size], count))
+                sections.append((data[pos + 61:pos + size], count, last_delta))
             pos += size
     return sections
 
@@ -147,9 +149,9 @@ def _fixture_record_sections() -> list[tuple[bytes, int]]:
 def test_native_record_parser_matches_python_on_fixture_batches() -> None:
     sections = _fixture_record_sections()
     assert sections
-    for buf, count in sections:
-        native_result = _record_outcome(parse_records, buf, count)
-        assert native_result == _record_outcome(parse_records_py, buf, count)
+    for buf, count, last_delta in sections:
+        native_result = _record_outcome(parse_records, buf, count, last_delta)
+        assert native_result == _record_outcome(parse_records_py, buf, count, last_delta)
         assert native_result[1] is None
 
 
@@ -158,17 +160,18 @@ def test_native_record_parser_matches_python_on_fixture_batches() -> None:
 def test_native_record_parser_matches_python_on_mutations(data: st.DataObject) -> None:
     sections = _SECTIONS or _fixture_record_sections()
     _SECTIONS[:] = sections
-    buf, count = sections[data.draw(st.integers(0, len(sections) - 1))]
+    buf, count, last_delta = sections[data.draw(st.integers(0, len(sections) - 1))]
     mutated = bytearray(buf[:data.draw(st.integers(0, len(buf)))])
     for _ in range(data.draw(st.integers(0, 4))):
         if mutated:
             mutated[data.draw(st.integers(0, len(mutated) - 1))] = data.draw(st.integers(0, 255))
     count = data.draw(st.sampled_from([count, count - 1, count + 1, -1, 0]))
-    assert (_record_outcome(parse_records, bytes(mutated), count)
-            == _record_outcome(parse_records_py, bytes(mutated), count))
+    last_delta = data.draw(st.sampled_from([last_delta, last_delta - 1, 0, -1, 1 << 31]))
+    assert (_record_outcome(parse_records, bytes(mutated), count, last_delta)
+            == _record_outcome(parse_records_py, bytes(mutated), count, last_delta))
 
 
-_SECTIONS: list[tuple[bytes, int]] = []
+_SECTIONS: list[tuple[bytes, int, int]] = []
 
 
 def _read_all(data: bytes) -> list[Any]:

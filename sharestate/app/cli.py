@@ -34,6 +34,7 @@ from sharestate.log import (
     SourceError,
     discover,
 )
+from sharestate.log.order import OffsetOrder
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC, dialect_names
 from sharestate.records.detect import Detection
 from sharestate.records.segment import (
@@ -44,7 +45,14 @@ from sharestate.records.segment import (
     record_json,
 )
 from sharestate.replay.group_log import GroupLogResult, GroupReplay
-from sharestate.replay.logs import AsOf, PartitionLog, partition_logs, past_end_line
+from sharestate.replay.logs import (
+    AsOf,
+    PartitionLog,
+    log_key,
+    partition_logs,
+    past_end_line,
+    segment_rank,
+)
 from sharestate.replay.prune import prune_row
 from sharestate.replay.rows import offset_rows, state_rows
 from sharestate.replay.share_log import ShareLogResult, ShareReplay
@@ -160,15 +168,15 @@ def _limits(args: argparse.Namespace) -> ReadLimits:
 
 def cmd_decode(args: argparse.Namespace) -> int:
     """Decode segments to JSON lines (or a table), one line per record in log order."""
-    segments = _discover(args)
     limits = _limits(args)
     findings = 0
+    orders: dict[tuple[str, object], OffsetOrder] = {}  # one per partition log
     with _output(args.output) as out, _findings_file(args.findings) as write_findings:
-        for segment in segments:
-            detection = detect_segment(segment, dialect_name=args.dialect, topic=args.topic,
-                                       limits=limits)
+        for segment, detection in _in_log_order(_discover(args), args, limits):
             _say_how_read(segment, detection)
-            for record in decode_segment(segment, detection, limits=limits):
+            order = None if detection.topic is None else orders.setdefault(
+                log_key(segment, detection.topic), OffsetOrder())
+            for record in decode_segment(segment, detection, limits=limits, order=order):
                 row = record_json(record)
                 if record.finding is not None:
                     findings += 1
@@ -185,6 +193,21 @@ def cmd_decode(args: argparse.Namespace) -> int:
 def _discover(args: argparse.Namespace) -> list[Segment]:
     """The sources' segments; on stderr, what their folders held that is not read."""
     return discover(args.source, say=lambda line: print(line, file=sys.stderr))
+
+
+def _in_log_order(segments: list[Segment], args: argparse.Namespace, limits: ReadLimits
+                  ) -> list[tuple[Segment, Detection]]:
+    """Each segment with its detection, those of one partition log together (where its
+    first one was given) in its order, as `state` and the others read them."""
+    detected = [(segment, detect_segment(segment, dialect_name=args.dialect, topic=args.topic,
+                                         limits=limits)) for segment in segments]
+    keys = [log_key(segment, detection.topic) if detection.topic is not None
+            else ("", segment.path) for segment, detection in detected]
+    first: dict[tuple[str, object], int] = {}
+    for i, key in enumerate(keys):
+        first.setdefault(key, i)
+    return [detected[i] for i in sorted(range(len(detected)), key=lambda i: (
+        first[keys[i]], segment_rank(detected[i][0])))]
 
 
 def _say_how_read(segment: Segment, detection: Detection) -> None:

@@ -35,6 +35,7 @@ from typing import BinaryIO, cast
 
 from sharestate.log.batch import Batch, LogFinding
 from sharestate.log.framing import DEFAULT_LIMITS, ReadLimits, read_batches
+from sharestate.log.order import OffsetOrder
 from sharestate.log.streams import FileStream, GzipStream
 
 INTERNAL_TOPICS = ("__share_group_state", "__consumer_offsets")
@@ -98,10 +99,12 @@ def _file_type(mode: int) -> str:
 
 
 def read_segment(segment: Segment, *, start: int = 0, end: int | None = None,
-                 limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Batch | LogFinding]:
+                 limits: ReadLimits = DEFAULT_LIMITS, order: OffsetOrder | None = None
+                 ) -> Iterator[Batch | LogFinding]:
     """Every batch and finding of `segment` (of its split [start, end) when given, see
-    `read_batches`), each finding naming the segment as its `source`. A segment that
-    cannot be opened is one `unreadable_segment` finding (in its first split)."""
+    `read_batches`; `order`: its partition log's offset order), each finding naming the
+    segment as its `source`. A segment that cannot be opened is one `unreadable_segment`
+    finding (in its first split)."""
     source = str(segment.path)
     try:
         stream = segment.open()
@@ -114,7 +117,8 @@ def read_segment(segment: Segment, *, start: int = 0, end: int | None = None,
                                 max_batch_bytes=limits.max_batch_bytes,
                                 max_inflated_bytes=limits.max_inflated_bytes,
                                 max_batch_records=limits.max_batch_records,
-                                max_raw_bytes=limits.max_raw_bytes, source=source)
+                                max_raw_bytes=limits.max_raw_bytes, source=source,
+                                order=order)
 
 
 def _resolved(path: Path) -> Path:

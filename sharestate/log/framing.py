@@ -54,6 +54,7 @@ from sharestate.log.batch import (
 from sharestate.log.checksums import running_crc32, running_crc32c
 from sharestate.log.compression import DEFAULT_MAX_INFLATED_BYTES, DecompressionError, decompress
 from sharestate.log.legacy import parse_legacy
+from sharestate.log.order import OffsetOrder, in_order
 from sharestate.log.records_v2 import parse_records, wrap64
 from sharestate.log.resync import (
     LEGACY_KEY_AT,
@@ -105,9 +106,14 @@ def read_batches(stream: BinaryIO, *, start_position: int = 0, end_position: int
                  max_batch_records: int = DEFAULT_MAX_BATCH_RECORDS,
                  max_raw_bytes: int = DEFAULT_RAW_CAP,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                 source: str | None = None) -> Iterator[Batch | LogFinding]:
+                 source: str | None = None,
+                 order: OffsetOrder | None = None) -> Iterator[Batch | LogFinding]:
     """Yield each batch of `stream` in order, and a `LogFinding` for each unreadable range
     (each naming `source` as where it was found).
+
+    Every batch passes `order` (see `sharestate.log.order`; a new one when None): a batch
+    whose offsets go back is refused with an `offset_order` finding. A partition's log
+    passes one order through its segments; the stream is one segment of it.
 
     Positions count from the start of the stream. With `start_position` the stream is
     first moved there (seek, or read and discarded when it cannot seek); it must be a batch
@@ -119,8 +125,12 @@ def read_batches(stream: BinaryIO, *, start_position: int = 0, end_position: int
     if start_position < 0 or max_batch_bytes < V2_HEADER_SIZE or max_inflated_bytes < 0 \
             or max_batch_records < 0 or max_raw_bytes < 0 or chunk_bytes < 1:
         raise ValueError("read_batches: positions and limits must be positive")
+    if order is None:
+        order = OffsetOrder()
+    order.new_segment()
     return _Scanner(stream, start_position, max_batch_bytes, max_inflated_bytes,
-                    max_batch_records, max_raw_bytes, chunk_bytes, end_position, source).run()
+                    max_batch_records, max_raw_bytes, chunk_bytes, end_position, source,
+                    order).run()
 
 
 class _Scanner:
@@ -128,8 +138,9 @@ class _Scanner:
 
     def __init__(self, stream: BinaryIO, start: int, max_batch: int, max_inflated: int,
                  max_records: int, raw_cap: int, chunk: int, stop: int | None,
-                 source: str | None) -> None:
+                 source: str | None, order: OffsetOrder) -> None:
         self.stream = stream
+        self.order = order
         self.source = source
         self.stop = stop
         self.start = start
@@ -208,7 +219,7 @@ class _Scanner:
     # -- the walk --------------------------------------------------------------------
 
     def run(self) -> Iterator[Batch | LogFinding]:
-        yield from self._walk()
+        yield from in_order(self._walk(), self.order, self._raw, self.source)
         if self.read_error is not None:
             kind, reason = self.read_error
             end = self._end()
@@ -225,6 +236,11 @@ class _Scanner:
             return Batch(item.header, item.records,
                          [dataclasses.replace(f, source=self.source) for f in item.findings])
         return item
+
+    def _raw(self, batch: Batch) -> bytes:
+        """The first bytes of `batch`, the latest item walked (so still in `buf`)."""
+        off = batch.header.position - self.base
+        return self.buf[off:off + min(batch.header.size_in_bytes, self.raw_cap)]
 
     def _walk(self) -> Iterator[Batch | LogFinding]:
         self._seek_start()
@@ -410,7 +426,7 @@ class _Scanner:
                     self.raw_cap))
         elif codec == 0:
             records, error = parse_records(buf, off + V2_HEADER_SIZE, end, count, base_offset,
-                                           base_timestamp, base_sequence)
+                                           base_timestamp, base_sequence, last_delta)
             if error is not None:
                 message, at = error
                 findings.append(LogFinding.of("bad_record", message, position + at - off,
@@ -427,7 +443,7 @@ class _Scanner:
                                            self.raw_cap))
             else:
                 records, error = parse_records(data, 0, len(data), count, base_offset,
-                                               base_timestamp, base_sequence)
+                                               base_timestamp, base_sequence, last_delta)
                 if error is not None:
                     message, at = error
                     findings.append(LogFinding.of(

@@ -5,7 +5,11 @@ ints) returning plain tuples, so that a native twin can replace it with identica
 It follows Kafka's `DefaultRecord.readFrom`: zig-zag varints (at most 5 bytes, 32-bit
 wrap) and varlongs (at most 10 bytes, 64-bit wrap), negative key/value lengths mean null,
 a negative header count or header key length is an error, each record must use exactly
-the bytes its length declares, and no bytes may remain after the last record.
+the bytes its length declares, and no bytes may remain after the last record. Offsets
+must follow the batch's: each record's offset delta lies after the one before it (the
+first at 0 or later) and at most at the batch's lastOffsetDelta, as every batch Kafka
+writes has them (compaction leaves gaps, never disorder); a record that does not is bad,
+which Kafka's reader does not check.
 """
 
 from __future__ import annotations
@@ -77,20 +81,21 @@ def sequence_of(base_sequence: int, offset_delta: int) -> int:
 
 
 def parse_records(buf: bytes, pos: int, end: int, count: int, base_offset: int,
-                  base_timestamp: int, base_sequence: int,
+                  base_timestamp: int, base_sequence: int, last_delta: int,
                   ) -> tuple[list[RawRecord], RecordError | None]:
     """Parse `count` v2 records from `buf[pos:end]` (in C when `sharestate._native` is built)."""
     if not native.enabled():
         return parse_records_py(buf, pos, end, count, base_offset, base_timestamp,
-                                base_sequence)
+                                base_sequence, last_delta)
     return native.module.parse_records(buf, pos, end, count, base_offset, base_timestamp,
-                                       base_sequence)
+                                       base_sequence, last_delta)
 
 
 def parse_records_py(buf: bytes, pos: int, end: int, count: int, base_offset: int,
-                     base_timestamp: int, base_sequence: int,
+                     base_timestamp: int, base_sequence: int, last_delta: int,
                      ) -> tuple[list[RawRecord], RecordError | None]:
-    """The pure-Python parser: `count` v2 records from `buf[pos:end]`.
+    """The pure-Python parser: `count` v2 records from `buf[pos:end]` of a batch whose
+    lastOffsetDelta is `last_delta`.
 
     Returns the records parsed (offset = base_offset + offsetDelta, timestamp =
     base_timestamp + timestampDelta, both wrapped to int64) and None, or the records
@@ -103,6 +108,7 @@ def parse_records_py(buf: bytes, pos: int, end: int, count: int, base_offset: in
     new = tuple.__new__
     index = 0
     start = pos
+    low = 0  # the smallest offset delta the next record may have
     try:
         while index < count:
             start = pos
@@ -200,6 +206,11 @@ def parse_records_py(buf: bytes, pos: int, end: int, count: int, base_offset: in
             if pos != body_end:
                 raise _Malformed(f"record declares {size} bytes but its fields use "
                                  f"{pos - body_end + size}")
+            if not low <= offset_delta <= last_delta:
+                raise _Malformed(f"offset delta {offset_delta} is outside {low} to "
+                                 f"{last_delta} (after the record before it, within the "
+                                 f"batch's last offset delta)")
+            low = offset_delta + 1
             offset = base_offset + offset_delta
             if not _I64_MIN <= offset <= _I64_MAX:
                 offset = wrap64(offset)

@@ -34,6 +34,7 @@ from sharestate.log import (
     parse_control,
     read_segment,
 )
+from sharestate.log.order import OffsetOrder
 from sharestate.records.catalog import dialect
 from sharestate.records.detect import SAMPLE_RECORDS, Detection, detect
 from sharestate.records.keyvalue import KeyValue, RecordError, decode_key_values
@@ -92,11 +93,13 @@ a control record's `ControlRecord`, or a `LogFinding` when a control record is m
 
 
 def segment_batches(segment: Segment, detection: Detection, *, start: int = 0,
-                    end: int | None = None, limits: ReadLimits = DEFAULT_LIMITS
-                    ) -> Iterator[Batch | LogFinding]:
+                    end: int | None = None, limits: ReadLimits = DEFAULT_LIMITS,
+                    order: OffsetOrder | None = None) -> Iterator[Batch | LogFinding]:
     """`read_segment` for a segment detected as `detection`: when its topic is unknown, the
-    segment (unless empty or unreadable) is one `unknown_topic` finding instead."""
-    items = read_segment(segment, start=start, end=end, limits=limits)
+    segment (unless empty or unreadable) is one `unknown_topic` finding instead. `order`:
+    the offset order of the partition log the segment is part of (None: the segment is
+    read on its own)."""
+    items = read_segment(segment, start=start, end=end, limits=limits, order=order)
     return items if detection.topic is not None else _unknown_topic(segment, detection, items,
                                                                      start)
 
@@ -208,12 +211,14 @@ def quiet_runs(items: Iterator[DecodedBatch | LogFinding]) -> Iterator[LogItem]:
 
 
 def decode_batches(segment: Segment, detection: Detection, *,
-                   limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[DecodedBatch | LogFinding]:
-    """Stream `segment` batch by batch under `detection`'s topic and dialect."""
+                   limits: ReadLimits = DEFAULT_LIMITS, order: OffsetOrder | None = None
+                   ) -> Iterator[DecodedBatch | LogFinding]:
+    """Stream `segment` batch by batch under `detection`'s topic and dialect (`order`: as
+    for `segment_batches`)."""
     topic = detection.topic
     schemas = dialect(detection.dialect)
     source = str(segment.path)
-    for item in segment_batches(segment, detection, limits=limits):
+    for item in segment_batches(segment, detection, limits=limits, order=order):
         if isinstance(item, LogFinding):
             yield item
             continue
@@ -234,11 +239,13 @@ def decode_batches(segment: Segment, detection: Detection, *,
 
 
 def decode_segment(segment: Segment, detection: Detection, *,
-                   limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[DecodedRecord]:
-    """Stream `segment` as one `DecodedRecord` per record or finding, in log order."""
+                   limits: ReadLimits = DEFAULT_LIMITS, order: OffsetOrder | None = None
+                   ) -> Iterator[DecodedRecord]:
+    """Stream `segment` as one `DecodedRecord` per record or finding, in log order
+    (`order`: as for `segment_batches`)."""
     topic = detection.topic
     partition = segment.partition
-    for item in decode_batches(segment, detection, limits=limits):
+    for item in decode_batches(segment, detection, limits=limits, order=order):
         if isinstance(item, LogFinding):
             yield _finding_record(topic, partition, item, None)
             continue

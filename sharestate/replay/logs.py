@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from sharestate.log import DEFAULT_LIMITS, LogFinding, ReadLimits, Segment
+from sharestate.log.order import OffsetOrder
 from sharestate.records.detect import Detection
 from sharestate.records.segment import (
     DecodedBatch,
@@ -156,12 +157,27 @@ class PartitionLog:
         return tuple(d.dialect for d in self.detections)
 
     def batches(self) -> Iterator[DecodedBatch | LogFinding]:
-        """Every batch (or framing finding) of every segment, in log order."""
+        """Every batch (or framing finding) of every segment, in log order: one offset
+        order through them all (`sharestate.log.order`)."""
+        order = OffsetOrder()
         for segment, detection in zip(self.segments, self.detections, strict=True):
-            yield from decode_batches(segment, detection, limits=self.limits)
+            yield from decode_batches(segment, detection, limits=self.limits, order=order)
 
     def items(self) -> Iterator[LogItem]:
         return quiet_runs(self.batches())
+
+
+def log_key(segment: Segment, topic: str) -> tuple[str, object]:
+    """Which partition log a segment of `topic` belongs to: its partition when its path
+    names one, else its folder when it bears Kafka's segment name, else itself."""
+    ident: object = segment.partition if segment.partition is not None else (
+        segment.path.resolve().parent if segment.base_offset is not None else segment.path)
+    return topic, ident
+
+
+def segment_rank(segment: Segment) -> tuple[int, str]:
+    """Where a segment comes in its partition log: by base offset (then path)."""
+    return segment.base_offset or 0, str(segment.path)
 
 
 def partition_logs(segments: list[Segment], *, dialect: str | None = None,
@@ -177,18 +193,14 @@ def partition_logs(segments: list[Segment], *, dialect: str | None = None,
             unknown.extend(item for item in segment_batches(segment, detection, limits=limits)
                            if isinstance(item, LogFinding))
             continue
-        ident: object = segment.partition if segment.partition is not None else (
-            segment.path.resolve().parent if segment.base_offset is not None else segment.path)
-        log = logs.get((detection.topic, ident))
+        key = log_key(segment, detection.topic)
+        log = logs.get(key)
         if log is None:
-            log = logs[(detection.topic, ident)] = PartitionLog(detection.topic,
-                                                                segment.partition,
-                                                                limits=limits)
+            log = logs[key] = PartitionLog(detection.topic, segment.partition, limits=limits)
         log.segments.append(segment)
         log.detections.append(detection)
     for log in logs.values():
-        order = sorted(range(len(log.segments)),
-                       key=lambda i: (log.segments[i].base_offset or 0, str(log.segments[i].path)))
+        order = sorted(range(len(log.segments)), key=lambda i: segment_rank(log.segments[i]))
         log.segments = [log.segments[i] for i in order]
         log.detections = [log.detections[i] for i in order]
     return sorted(logs.values(), key=lambda lg: (lg.topic, lg.partition is None,

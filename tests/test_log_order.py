@@ -1,0 +1,199 @@
+"""Offset order (`sharestate.log.order`): a batch whose offsets go back or overlap what was
+read is refused with an `offset_order` finding, a record outside its batch's range is a
+`bad_record`, and one bad base offset costs its own batch only; every reader of a log (the
+commands, the ingest task) says the same."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import Counter
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import damage
+import pytest
+from conftest import conformance_dir
+
+from sharestate import native
+from sharestate.app.cli import main
+from sharestate.log import Batch, LogFinding, RawRecord, build_batch, discover, read_batches
+from sharestate.log.order import OffsetOrder, Verdict
+from sharestate.records.segment import detect_segment
+from sharestate.tables import bronze
+from sharestate.tables.tasks import bronze_tables
+
+SHARE = "__share_group_state"
+
+
+def _read(data: bytes) -> list[Batch | LogFinding]:
+    return list(read_batches(io.BytesIO(data)))
+
+
+def _kafka_log(name: str = "share_txn.log") -> tuple[bytes, list[damage.Span]]:
+    data = (conformance_dir("kafka-4.4-dev") / name).read_bytes()
+    return data, damage.layout(data)
+
+
+def _outcome(items: list[Batch | LogFinding]) -> tuple[list[int], list[tuple[str, int | None]]]:
+    """The offsets of the records read, and (kind, position) of every finding."""
+    offsets = [r.offset for i in items if isinstance(i, Batch) for r in i.records]
+    found = [(f.kind, f.position) for i in items
+             for f in ([i] if isinstance(i, LogFinding) else i.findings)]
+    return offsets, found
+
+
+def test_verdicts() -> None:
+    order = OffsetOrder()
+    assert order.verdict(0, 4) is Verdict.AHEAD
+    order.advance(0, 4)
+    assert [order.verdict(*r) for r in ((5, 9), (0, 4), (2, 3), (4, 6), (-1, 2))] == [
+        Verdict.AHEAD, Verdict.BEHIND, Verdict.BEHIND, Verdict.OVERLAPS, Verdict.NEGATIVE]
+    assert order.verdict(1 << 31, 1 << 31) is Verdict.BEYOND_SEGMENT
+    order.new_segment()
+    assert order.verdict(1 << 31, 1 << 31) is Verdict.AHEAD
+    resumed = OffsetOrder(after=99)  # an earlier run applied up to 99
+    assert (resumed.verdict(50, 99), resumed.verdict(100, 120)) == (Verdict.BEHIND,
+                                                                     Verdict.AHEAD)
+
+
+@pytest.fixture(params=["native", "pure"])
+def twin(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "pure":
+        monkeypatch.setattr(native, "module", None)
+    return str(request.param)
+
+
+def test_a_batch_copied_twice_is_read_once(twin: str) -> None:
+    data, spans = _kafka_log()
+    for span in spans:
+        copied = damage.splice(data, span, data[span.position:span.position + span.size])
+        offsets, found = _outcome(_read(copied))
+        assert offsets == _outcome(_read(data))[0]
+        assert found == [("offset_order", span.position + span.size)]
+
+
+def test_swapped_batches_are_read_in_order(twin: str) -> None:
+    data, spans = _kafka_log()
+    for first, second in pairwise(spans):
+        offsets, found = _outcome(_read(damage.swap(data, first, second)))
+        assert offsets == sorted(set(offsets))
+        [(kind, _)] = found
+        assert kind == "offset_order"
+        lost = {first.base_offset, second.base_offset} - set(offsets)
+        assert len(lost) <= 1  # one of the two is refused (an empty one may lose nothing)
+
+
+@pytest.mark.parametrize("bit", [0, 3, 17, 30, 31, 45, 62, 63])
+def test_a_flipped_bit_of_a_base_offset_costs_one_batch(twin: str, bit: int) -> None:
+    """Past the log's first two batches the flipped one is the one refused (or read, where
+    its offsets still fit); at the start a small jump cannot be told from the next batches
+    going back: those it jumps over may be the ones refused."""
+    data, spans = _kafka_log()
+    intact = [b for b in _read(data) if isinstance(b, Batch)]
+    for i in (0, 1, 2, len(spans) // 2, len(spans) - 1):
+        span = spans[i]
+        flipped = damage.set_base_offset(data, span.position, span.base_offset ^ (1 << bit))
+        items = [b for b in _read(flipped) if isinstance(b, Batch)]
+        changed = [j for j, (got, want) in enumerate(zip(items, intact, strict=True))
+                   if got != want]
+        refused = [j for j in changed if items[j].records == []
+                   and items[j].findings[-1].kind == "offset_order"]
+        if i >= 2:
+            assert changed in ([], [i]), (i, bit, changed)
+            if changed and not refused:  # undetectable: it still fits between its neighbours
+                shift = (span.base_offset ^ (1 << bit)) - span.base_offset
+                assert [r.offset - shift for r in items[i].records] == [
+                    r.offset for r in intact[i].records]
+        else:
+            reach = span.last_offset + (1 << bit)
+            assert all(intact[j].header.base_offset <= reach for j in changed), (i, bit)
+            assert refused or not changed, (i, bit, changed)
+
+
+@pytest.mark.parametrize(("offsets", "last_delta", "message"), [
+    ((9,), 0, "offset delta -1 is outside 0 to 0"),
+    ((10, 15), 3, "record 1: offset delta 5 is outside 1 to 3"),
+    ((10, 12, 11), 2, "record 2: offset delta 1 is outside 3 to 2"),
+    ((10, 10), 1, "record 1: offset delta 0 is outside 1 to 1")])
+def test_a_record_outside_its_batch_is_a_finding(twin: str, offsets: tuple[int, ...],
+                                                 last_delta: int, message: str) -> None:
+    records = [RawRecord(o, 1000, -1, b"k", b"v%d" % o, ()) for o in offsets]
+    batch = build_batch(records, base_offset=10, last_offset_delta=last_delta)
+    [item] = _read(batch)
+    assert isinstance(item, Batch) and item.header.crc_valid
+    [finding] = item.findings
+    assert finding.kind == "bad_record" and message in finding.message, finding.message
+    assert all(10 <= r.offset <= 10 + last_delta for r in item.records)
+    assert [r.offset for r in item.records] == sorted({r.offset for r in item.records})
+
+
+# -- every reader says the same ------------------------------------------------------------
+
+
+def _command(command: str, source: Path, work: Path, *extra: str
+             ) -> tuple[int, list[dict[str, Any]], list[str]]:
+    out, found = work / f"{command}.out", work / f"{command}.findings"
+    status = main([command, str(source), "-o", str(out), "--findings", str(found), *extra])
+    findings = [json.loads(line) for line in found.read_text("utf-8").splitlines()]
+    return status, findings, out.read_text("utf-8").splitlines()
+
+
+def _keys(findings: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
+    return Counter((f["source"], f["position"], f["offset"], f["kind"], f["message"])
+                   for f in findings)
+
+
+def test_commands_refuse_what_goes_back_and_agree(tmp_path: Path) -> None:
+    """A copied batch, two swapped ones and a flipped bit in one log: decode, state, prune
+    and the ingest task report the same offset_order findings; state equals the state of
+    the intact log without the refused batches, never a batch applied twice."""
+    data, spans = _kafka_log()
+    damaged = damage.set_base_offset(data, spans[5].position, spans[5].base_offset ^ 1 << 62)
+    damaged = damage.splice(damaged, spans[2], data[spans[2].position:spans[2].position +
+                                                    spans[2].size])
+    folder = tmp_path / f"{SHARE}-0"
+    folder.mkdir()
+    segment = folder / "00000000000000000000.log"
+    segment.write_bytes(damaged)
+    reference = tmp_path / "reference" / f"{SHARE}-0"
+    reference.mkdir(parents=True)
+    (reference / "00000000000000000000.log").write_bytes(damage.without(data, spans[5]))
+    found = {}
+    for command in ("decode", "state", "prune"):
+        status, found[command], _ = _command(command, segment, tmp_path)
+        assert status == 1, command
+    assert _keys(found["decode"]) == _keys(found["state"]) == _keys(found["prune"])
+    assert Counter(f["kind"] for f in found["decode"]) == Counter({"offset_order": 2})
+    [read] = discover([segment])
+    split = bronze.read_split(bronze.Split(read), "order", detection=detect_segment(read))
+    errors = [row for table, rows in bronze_tables(split) if table == "decode_errors"
+              for row in rows.to_pylist()]
+    assert _keys(errors) == _keys(found["decode"])
+    _, _, state = _command("state", segment, tmp_path)
+    _, _, want = _command("state", reference / "00000000000000000000.log", tmp_path)
+    assert state == want
+
+
+def test_a_segment_repeating_the_one_before_is_refused_by_every_command(
+        tmp_path: Path) -> None:
+    """Two segments of one partition, the second starting with the first's last batch
+    again: each command reads the partition's segments in order through one offset order."""
+    data, spans = _kafka_log()
+    folder = tmp_path / f"{SHARE}-0"
+    folder.mkdir()
+    cut = spans[4]
+    (folder / "00000000000000000000.log").write_bytes(data[:cut.position + cut.size])
+    later = folder / f"{cut.base_offset:020d}.log"
+    later.write_bytes(data[cut.position:])
+    found = {}
+    for command in ("decode", "state"):
+        status, found[command], _ = _command(command, folder, tmp_path)
+        assert status == 1
+        assert [(f["source"], f["position"], f["kind"]) for f in found[command]] == [
+            (str(later), 0, "offset_order")]
+    _, _, decoded = _command("decode", folder, tmp_path)
+    offsets = [json.loads(line)["offset"] for line in decoded
+               if json.loads(line)["error"] is None]
+    assert len(offsets) == len(set(offsets))
