@@ -9,6 +9,7 @@ kafka-transactions, the broker's log start offsets — and sharestate the same o
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 from kafka_judge import SHARESTATE, decoded_records, differences, dump_records, sharestate_json
 from kafka_workload import Workload
+from serve_support import ServeProcess, eventually, get
 
 pytestmark = pytest.mark.kafka_broker
 
@@ -147,6 +149,30 @@ def test_consumer_group_offsets_agree_with_kafka(kafka_workload: Workload,
     assert transaction["TransactionState"] == "Ongoing"
     assert pending[0]["state"] == f"pending:{transaction['ProducerId']}"
     assert not any(key[0] == kafka_workload.deleted_consumer_group for key in committed)
+
+
+def test_serve_answers_kafkas_committed_offsets_by_default(kafka_workload: Workload) -> None:
+    """`sharestate serve` reads read_committed unless told otherwise: the transactional
+    group's aborted and still-open commits are not installed (a consumer sees no markers;
+    read_uncommitted showed the open transaction's offset)."""
+    service = ServeProcess("--source", f"kafka://{kafka_workload.bootstrap}")
+    try:
+        assert service.address is not None
+        eventually(lambda: get(service.address, "/readyz")[0] == 200,  # type: ignore[arg-type]
+                   timeout=60)
+        rows = get(service.address, "/v1/consumer-group-offsets")[1]
+    finally:
+        assert service.stop(signal.SIGTERM) == 0, service.stderr
+    committed = {(row["group_id"], row["topic"], row["partition"]): row["committed_offset"]
+                 for row in rows}
+    committed.pop((kafka_workload.expiring_group, "payments", 0), None)
+    groups = [*kafka_workload.consumer_groups, kafka_workload.deleted_consumer_group]
+    truth = {(row["GROUP"], row["TOPIC"], int(row["PARTITION"])): int(row["CURRENT-OFFSET"])
+             for group in groups for row in kafka_workload.consumer_groups_describe(group)
+             if row["CURRENT-OFFSET"] != "-"}
+    assert committed == truth
+    assert committed[(kafka_workload.transactional_group, "payments", 0)] == (
+        kafka_workload.committed_txn_offset)
 
 
 def test_offset_expiry_forecast_matches_kafkas_expiry(kafka_workload: Workload,

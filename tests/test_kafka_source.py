@@ -87,7 +87,7 @@ def test_options_parse_and_keep_credentials_out_of_sight() -> None:
          "kafka.SASL.username": "reader", "kafka.sasl.password": PASSWORD},
         env={"SHARESTATE_KAFKA_SSL_KEY_PASSWORD": "key-" + PASSWORD})
     assert options.topics == ("__share_group_state", "__consumer_offsets")
-    assert options.isolation_level == "read_uncommitted"
+    assert options.isolation_level == "read_committed"  # Kafka's committed view
     config = options.client_config("g")
     assert config["sasl.password"] == PASSWORD and config["ssl.key.password"] == "key-" + PASSWORD
     assert config["sasl.username"] == "reader" and config["enable.auto.commit"] == "false"

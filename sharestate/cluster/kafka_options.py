@@ -12,8 +12,11 @@ Options (names are case-insensitive, as Spark passes them):
   may go without receiving anything (default 60000).
 - `kafka.<property>`: any librdkafka consumer property, e.g. `kafka.security.protocol`,
   `kafka.sasl.mechanism`, `kafka.sasl.username`, `kafka.ssl.ca.location`,
-  `kafka.isolation.level` (default `read_uncommitted`: every data record is seen, also
-  those of aborted transactions). Offsets are never committed.
+  `kafka.isolation.level` (default `read_committed`, Kafka's committed view: records of
+  aborted transactions are not read, nor those of a transaction still open until it ends;
+  `read_uncommitted` reads every data record, and a consumer, which sees no transaction
+  markers, then takes a transactional offset commit for a plain one). Offsets are never
+  committed.
 
 A server is `HOST:PORT`: a user name or password in it (`kafka://user:secret@host:9092`, a
 URL's user info) is refused, redacted, before anything reads it (librdkafka would log it
@@ -47,6 +50,9 @@ ENV_PREFIX = "SHARESTATE_KAFKA_"
 REDACTED = "***"
 DEFAULT_MAX_OFFSETS_PER_SPLIT = 500_000
 DEFAULT_TIMEOUT_MS = 60_000
+DEFAULT_ISOLATION = "read_committed"
+"""What Kafka answers: aborted and still-open transactions' records (transactional offset
+commits in `__consumer_offsets`) are not offsets a group has (see the module docstring)."""
 _SEPARATORS = r"""\s,;'"=(\[\]"""
 USERINFO = re.compile(rf"(?P<before>[A-Za-z][A-Za-z0-9+.-]*://|(?<![^{_SEPARATORS}]))"
                       rf"[^{_SEPARATORS}@]+@(?:[^{_SEPARATORS}@]*@)*")
@@ -124,8 +130,8 @@ class KafkaReadOptions:
 
     @property
     def isolation_level(self) -> str:
-        """`read_uncommitted` (default) or `read_committed`."""
-        return self.client.get("isolation.level", "read_uncommitted")
+        """`read_committed` (default) or `read_uncommitted`."""
+        return self.client.get("isolation.level", DEFAULT_ISOLATION)
 
     def client_config(self, group_id: str) -> dict[str, str]:
         """The librdkafka configuration of a consumer, credentials included."""
@@ -196,8 +202,8 @@ def parse_options(options: Mapping[str, str],
             f"{redact_userinfo(bootstrap)}: a Kafka server is HOST:PORT, with no user name or "
             f"password: give the user as kafka.sasl.username (--kafka-option "
             f"sasl.username=NAME) and the password in {env_name('sasl.password')}")
-    if client.get("isolation.level", "read_uncommitted") not in ("read_uncommitted",
-                                                                 "read_committed"):
+    if client.get("isolation.level", DEFAULT_ISOLATION) not in ("read_uncommitted",
+                                                                "read_committed"):
         raise KafkaOptionError("option kafka.isolation.level must be read_uncommitted or "
                                "read_committed")
     topics = tuple(t.strip() for t in lowered.get("topics", ",".join(INTERNAL_TOPICS))
