@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import stat
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from sharestate.log.files import read_regular
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -144,32 +144,10 @@ MAX_FILE_BYTES = 64 << 20
 partitions."""
 
 
-def read_file(path: str | Path, limit: int = MAX_FILE_BYTES) -> bytes:
-    """The bytes of the regular file at `path` (those it held when opened); OSError with a
-    `strerror` that says why otherwise. Opening never waits: a FIFO, a device or a directory
-    is refused, as is a file larger than `limit`."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(0, f"not a regular file ({_file_type(info.st_mode)})")
-        if info.st_size > limit:
-            raise OSError(0, f"larger than the {limit >> 20} MiB an argument file may hold "
-                             f"({info.st_size} bytes)")
-        os.set_blocking(fd, True)
-        with open(fd, "rb", closefd=False) as file:
-            return file.read(info.st_size)
-    finally:
-        os.close(fd)
-
-
-def _file_type(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a file"
+def read_file(path: str | Path) -> bytes:
+    """An argument file's bytes (`files.read_regular`, up to `MAX_FILE_BYTES`); OSError with
+    a `strerror` that says why not."""
+    return read_regular(path, MAX_FILE_BYTES)
 
 
 class EndOffsetsError(ValueError):

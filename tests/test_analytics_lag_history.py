@@ -229,6 +229,18 @@ def test_internal_topics_are_not_data_partitions(tmp_path: Path) -> None:
     assert topic_id_of(tmp_path / "__share_group_state-0") == "AAAAAAAAAAAAAAAAAAAAAA"
 
 
+
+@pytest.mark.timeout(30)
+def test_kafkas_files_beside_the_segments_are_read_only_when_regular(tmp_path: Path) -> None:
+    """A FIFO for `partition.metadata` or the root's `log-start-offset-checkpoint` waited
+    for a writer for ever: each is passed over as unreadable."""
+    folder = _write_partition(tmp_path, "orders-0", [(0, 1, 1, LOG_APPEND_TIME)],
+                              topic_id=None)
+    os.mkfifo(folder / "partition.metadata")
+    os.mkfifo(tmp_path / "log-start-offset-checkpoint")
+    (partition,) = data_partitions([tmp_path])
+    assert partition.topic_id is None and partition.log_start_offset == 0
+
 def test_a_root_read_for_its_end_offsets_is_not_said_unread(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`run --source ROOT --end-offsets-from ROOT`: ingest passes over the data topics'

@@ -237,8 +237,8 @@ def test_a_checkpoint_that_is_no_file_or_a_crafted_header_or_state_is_one_warnin
          MAGIC + b"[" * 100_000 + b"]" * 100_000 + b"\n" + body),
         ("is damaged: its header line does not end within 1048576 bytes",
          MAGIC + b'{"format": 1, "x": "' + b"x" * (2 << 20) + b'"}\n' + body),
-        ("is damaged: it is not a regular file", os.mkfifo),
-        ("is damaged: it is not a regular file", Path.mkdir),
+        ("is damaged: it is not a regular file (a FIFO)", os.mkfifo),
+        ("is damaged: it is not a regular file (a directory)", Path.mkdir),
         ("(not a checkpoint's partitions)", with_body(served.good, _body(
             [{"topic": row["topic"]} for row in rows], pa.schema([("topic", pa.string())])))),
         ("(('x', 0) is not a partition's checkpoint)", replaced(0, rows[0] | {"topic": "x"})),
@@ -273,7 +273,8 @@ def test_a_checkpoint_linked_to_an_endless_device_is_not_read(
         assert service.stop(signal.SIGTERM) == 0
     said = [line for line in service.lines if str(directory / FILE) in line]
     assert len(said) == 1 and said[0].rstrip().endswith(
-        f"checkpoint {directory / FILE} is damaged: it is not a regular file; kept as "
+        f"checkpoint {directory / FILE} is damaged: it is not a regular file (a character "
+        f"device); kept as "
         f"{directory / FILE}.bad: replaying from the log start"), service.stderr
     assert "Traceback" not in service.stderr
     assert (directory / f"{FILE}.bad").is_symlink()

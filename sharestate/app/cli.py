@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import csv
 import difflib
-import errno
 import json
 import os
 import sys
@@ -34,6 +33,7 @@ from sharestate.log import (
     SourceError,
     discover,
 )
+from sharestate.log.files import open_output
 from sharestate.log.order import OffsetOrder
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC, dialect_names
 from sharestate.records.detect import Detection
@@ -112,7 +112,10 @@ def _output(path: str | None) -> Iterator[_Sink]:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise
         return
-    handle = _open_output(path)
+    try:
+        handle = open_output(path)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
     try:
         sink = _Sink(handle, path)
         yield sink
@@ -120,18 +123,6 @@ def _output(path: str | None) -> Iterator[_Sink]:
     finally:
         with suppress(OSError):  # the flush above reported it
             handle.close()
-
-
-def _open_output(path: str) -> IO[str]:
-    """`path` opened for writing without waiting: a FIFO no process reads is refused (opened
-    as usual it waits for a reader); one a process reads (`-o /dev/stdout | ...`) is written."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK, 0o666)
-    except OSError as exc:
-        reason = "a FIFO no process reads" if exc.errno == errno.ENXIO else exc.strerror
-        raise UsageError(f"cannot write {path}: {reason}") from None
-    os.set_blocking(fd, True)
-    return open(fd, "w", encoding="utf-8")
 
 
 def _table_line(row: dict[str, Any]) -> str:

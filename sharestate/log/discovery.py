@@ -24,16 +24,15 @@ come from its path alone (`segment_of`), so an executor given the path finds the
 
 from __future__ import annotations
 
-import io
 import os
 import re
-import stat
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, cast
 
 from sharestate.log.batch import Batch, LogFinding
+from sharestate.log.files import open_regular
 from sharestate.log.framing import DEFAULT_LIMITS, ReadLimits, read_batches
 from sharestate.log.order import OffsetOrder
 from sharestate.log.streams import FileStream, GzipStream
@@ -69,33 +68,14 @@ class Segment:
     def open(self) -> BinaryIO:
         """The segment's bytes as a binary stream (inflated when gzipped, bounded as
         `streams` says). Raises `SourceError` when the path cannot be opened or is not a
-        regular file; opening never waits (a FIFO without a writer is refused at once)."""
+        regular file (`files.open_regular`: opening never waits)."""
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+            raw, size = open_regular(self.path)
         except OSError as exc:
             raise SourceError(f"cannot read {self.path}: {exc.strerror or exc}") from None
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise SourceError(f"{self.path}: not a regular file "
-                                  f"({_file_type(info.st_mode)})")
-            os.set_blocking(fd, True)
-            raw = io.FileIO(fd, "rb")
-        except BaseException:
-            os.close(fd)
-            raise
         if self.gzipped:
             return cast(BinaryIO, GzipStream(raw))
-        return cast(BinaryIO, FileStream(raw, info.st_size))
-
-
-def _file_type(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a file"
+        return cast(BinaryIO, FileStream(raw, size))
 
 
 def read_segment(segment: Segment, *, start: int = 0, end: int | None = None,

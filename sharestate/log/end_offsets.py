@@ -37,6 +37,7 @@ from pathlib import Path
 
 from sharestate.log.batch import CREATE_TIME, LOG_APPEND_TIME, Batch
 from sharestate.log.discovery import Segment, SourceError, read_segment
+from sharestate.log.files import read_regular
 from sharestate.log.framing import DEFAULT_LIMITS, ReadLimits
 
 _PARTITION_DIR = re.compile(r"(?P<topic>[A-Za-z0-9._-]+)-(?P<partition>[0-9]+)"
@@ -75,7 +76,7 @@ class EndOffsets:
 def topic_id_of(folder: Path) -> str | None:
     """The topic id `partition.metadata` names, in Kafka's URL-safe base64 form."""
     try:
-        text = (folder / METADATA_FILE).read_text(encoding="utf-8", errors="replace")
+        text = read_regular(folder / METADATA_FILE).decode("utf-8", errors="replace")
     except OSError:
         return None
     found = _TOPIC_ID.search(text)
@@ -86,7 +87,7 @@ def _log_starts(root: Path) -> dict[tuple[str, int], int]:
     """Kafka's `log-start-offset-checkpoint` of a log.dirs root: version, count, then
     `topic partition offset` lines; {} when absent or unreadable."""
     try:
-        lines = (root / LOG_START_CHECKPOINT).read_text(encoding="utf-8").splitlines()
+        lines = read_regular(root / LOG_START_CHECKPOINT).decode("utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
         return {}
     starts = {}

@@ -11,6 +11,8 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+from sharestate.log.files import read_regular
+
 _ENTRY = struct.Struct(">ii")
 
 
@@ -28,11 +30,14 @@ def index_positions(index: bytes) -> list[int]:
 
 def split_points(segment: Path, size: int, split_bytes: int) -> list[int]:
     """Start positions of splits of about `split_bytes` each (just [0] without an index)."""
-    index = segment.with_suffix(".index")
-    if size <= split_bytes or not index.is_file():
+    if size <= split_bytes:
+        return [0]
+    try:
+        index = read_regular(segment.with_suffix(".index"))
+    except OSError:  # none, or not a regular file
         return [0]
     starts = [0]
-    for position in index_positions(index.read_bytes()):
+    for position in index_positions(index):
         if position - starts[-1] >= split_bytes and position < size:
             starts.append(position)
     return starts

@@ -33,7 +33,6 @@ import json
 import logging
 import os
 import re
-import stat
 import threading
 import time
 from collections.abc import Mapping
@@ -47,6 +46,7 @@ import pyarrow as pa
 from sharestate.app.serve.live_log import PartitionCheckpoint, Progress
 from sharestate.app.serve.state import LiveState
 from sharestate.log.discovery import INTERNAL_TOPICS
+from sharestate.log.files import NotRegularFile, read_regular
 from sharestate.records.catalog import SHARE_STATE_TOPIC, dialect_names
 from sharestate.replay.group_log import GroupReplay
 from sharestate.replay.share_log import ShareReplay
@@ -234,24 +234,16 @@ class CheckpointStore:
 
     def _read(self) -> bytes | None:
         """The file's bytes, None when there is none. Only a regular file is read, and only
-        the bytes it held when opened (a FIFO, a device or a directory in its place is
-        damage, and opening one never waits)."""
+        the bytes it held when opened (`files.read_regular`: a FIFO, a device or a directory
+        in its place is damage, and opening one never waits)."""
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+            return read_regular(self.path)
         except FileNotFoundError:
             return None
+        except NotRegularFile as exc:
+            raise self._damaged(f"it is {exc.strerror}") from None
         except OSError as exc:
             raise CheckpointUnusable(f"cannot read {self.path}: {exc.strerror}") from None
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise self._damaged("it is not a regular file")
-            with open(fd, "rb", closefd=False) as file:
-                return file.read(info.st_size)
-        except OSError as exc:
-            raise CheckpointUnusable(f"cannot read {self.path}: {exc.strerror}") from None
-        finally:
-            os.close(fd)
 
     def _split(self, data: bytes) -> tuple[dict[str, Any], bytes]:
         """(header, body) of a checkpoint file; CheckpointUnusable when it is damaged."""
