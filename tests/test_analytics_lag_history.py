@@ -90,11 +90,13 @@ def test_sampling_is_bounded_and_nests() -> None:
     few = sampled(times, 100)
     assert 50 < len(few) <= 101 and set(few) <= set(times)
     assert few[0] == times[0] and few[-1] == times[-1]  # the latest time too
-    assert sampled(times, 60_000) == times
+    assert sampled(times, 7_200) == times
     grown = sampled([*times, *range(51_000, 80_000, 13)], 100)
     assert {t for t in grown if t < 51_000} <= set(few)  # a longer history samples a subset
     assert sampled(times, 100) == few  # and a re-run the same
-    assert sample_level(0, 999, 1000) == 0 and sample_level(0, 1000, 1000) == 1
+    # a few times close together are all sampled; the grid only coarsens past the bound
+    assert sample_level([0, 1, 3, 10**12], 4) == 0 and sample_level([0, 1, 3, 10**12], 3) == 1
+    assert sampled([5, 6, 7, 9_999], 1000) == [5, 6, 7, 9_999]
 
 
 # -- lag history --------------------------------------------------------------------------

@@ -28,8 +28,9 @@ latest exact or file row before t).
 **Which times are sampled.** The lag of a share group changes when its state changes, so
 each partition is sampled at the state-change times of every share group consuming it, at
 most `MAX_SAMPLES_PER_PARTITION` (and the latest) per partition and run: the times are put
-on a grid of 2^k ms cells (k the least that leaves at most that many cells over the
-partition's span) and the first time of each cell is sampled, and the latest time. The grid
+on a grid of 2^k ms cells (k the least that leaves at most that many cells holding a time;
+0, every time, when there are no more times than that) and the first time of each cell is
+sampled, and the latest time. The grid
 nests (a coarser one samples a subset of a finer one's times), so a re-run samples the same
 times and a longer history only adds times at its end. Partitions consumed by the same
 groups are sampled at the same times, so their groups' lag is exact there. A live cluster
@@ -40,7 +41,7 @@ answers one ListOffsets request per sampled rank, each covering every partition:
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
@@ -85,14 +86,18 @@ def merge_rows(old: Iterable[Mapping[str, Any]], new: Iterable[Mapping[str, Any]
     return [merged[key] for key in sorted(merged)]
 
 
-def sample_level(low: int, high: int, bound: int = MAX_SAMPLES_PER_PARTITION) -> int:
-    """The least k whose 2^k ms cells number at most `bound` over [low, high]."""
+def sample_level(times: Sequence[int], bound: int = MAX_SAMPLES_PER_PARTITION) -> int:
+    """The least k whose 2^k ms cells holding one of `times` number at most `bound`."""
     if bound < 1:
         raise ValueError("bound must be at least 1")
-    level = 0
-    while (high >> level) - (low >> level) + 1 > bound:
-        level += 1
-    return level
+    low, high = 0, 64  # the count of cells only falls as k grows: search it
+    while low < high:
+        middle = (low + high) // 2
+        if len({t >> middle for t in times}) <= bound:
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 def sampled(times: Iterable[int], bound: int = MAX_SAMPLES_PER_PARTITION) -> list[int]:
@@ -100,7 +105,7 @@ def sampled(times: Iterable[int], bound: int = MAX_SAMPLES_PER_PARTITION) -> lis
     ordered = sorted(set(times))
     if not ordered:
         return []
-    level = sample_level(ordered[0], ordered[-1], bound)
+    level = sample_level(ordered, bound)
     first: dict[int, int] = {}
     for t in ordered:
         first.setdefault(t >> level, t)
