@@ -25,6 +25,9 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from kafka_broker import KafkaBroker
 from kafka_judge import SHARESTATE
 from kafka_workload import Workload, share_groups_start_earliest
+from serve_support import ServeProcess, get
+
+from sharestate.analytics.end_offset_sources import observe
 
 pytestmark = pytest.mark.kafka_broker
 
@@ -61,8 +64,10 @@ def _member(bootstrap: str, group: str) -> ShareConsumer:
     return consumer
 
 
-def _workload(broker: KafkaBroker) -> dict[tuple[str, int], list[tuple[int, int]]]:
-    """Run it; each data partition's (timestamp, offset) per record, from delivery reports."""
+def _workload(broker: KafkaBroker, serve: ServeProcess
+              ) -> dict[tuple[str, int], list[tuple[int, int]]]:
+    """Run it (asking `serve` its end offsets now and then, as a scraper would); each data
+    partition's (timestamp, offset) per record, from delivery reports."""
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     for future in admin.create_topics([
             NewTopic(APPENDED, PARTITIONS[APPENDED], 1,
@@ -93,21 +98,34 @@ def _workload(broker: KafkaBroker) -> dict[tuple[str, int], list[tuple[int, int]
             _consume(members[group], PER_ROUND * PARTITIONS[GROUPS[group]])
         if number == 0:  # then it stops reading, and its member leaves
             members.pop(FALLS_BEHIND).close()
+        assert serve.address is not None
+        assert get(serve.address, "/v1/lag")[0] == 200
         time.sleep(0.3)
     behind = _member(broker.bootstrap, FALLS_BEHIND)  # and catches up
     _consume(behind, (ROUNDS - 1) * PER_ROUND * PARTITIONS[APPENDED])
     behind.close()
     for member in members.values():
         member.close()
-    time.sleep(1)
+    for _ in range(2):  # two reads of the end offsets now, past serve's 2 s reuse
+        time.sleep(2.1)
+        assert serve.address is not None
+        assert get(serve.address, "/v1/end-offsets")[0] == 200
     return appended
 
 
 @pytest.fixture(scope="module")
 def lag_runs(kafka_broker: KafkaBroker, tmp_path_factory: pytest.TempPathFactory
-             ) -> Iterator[tuple[dict[tuple[str, int], list[tuple[int, int]]], Path, Path]]:
-    """The workload's appends, and the warehouses of the live run and the offline one."""
-    appended = _workload(kafka_broker)
+             ) -> Iterator[tuple[dict[tuple[str, int], list[tuple[int, int]]], Path, Path,
+                                 list[dict[str, Any]]]]:
+    """The workload's appends, the warehouses of the live run and the offline one, and the
+    end offsets a `sharestate serve` running meanwhile read."""
+    serve = ServeProcess("--source", f"kafka://{kafka_broker.bootstrap}")
+    try:
+        appended = _workload(kafka_broker, serve)
+        assert serve.address is not None
+        served = observe(f"http://{serve.address[0]}:{serve.address[1]}", {})
+    finally:
+        serve.kill()
     live = tmp_path_factory.mktemp("lag-live") / "warehouse"
     common = ["--conf", "spark.ui.enabled=false"]
     done = subprocess.run([SHARESTATE, "run", "--source", f"kafka://{kafka_broker.bootstrap}",
@@ -126,7 +144,7 @@ def lag_runs(kafka_broker: KafkaBroker, tmp_path_factory: pytest.TempPathFactory
                            str(copied), "--warehouse", str(offline), *common],
                           capture_output=True, text=True, check=False)
     assert done.returncode in (0, 1), done.stderr[-3000:]
-    yield appended, live, offline
+    yield appended, live, offline, served
 
 
 def _list_offsets(bootstrap: str, asked: set[tuple[str, int, int]]) -> dict[Any, int]:
@@ -160,13 +178,14 @@ def _history(warehouse: Path) -> list[dict[str, Any]]:
 
 
 def test_lag_history_is_the_lag_at_each_time_live_and_offline(
-        lag_runs: tuple[dict[tuple[str, int], list[tuple[int, int]]], Path, Path],
+        lag_runs: tuple[dict[tuple[str, int], list[tuple[int, int]]], Path, Path,
+                        list[dict[str, Any]]],
         kafka_broker: KafkaBroker) -> None:
     """Each warehouse against the truth. The copied segments still hold the records the
     share coordinator has pruned since (below the log start offset, where a consumer
     starts), so the offline history is the longer one: the whole story is told there, and
     the rows of the records both read agree."""
-    appended, live, offline = lag_runs
+    appended, live, offline, _ = lag_runs
     runs = {warehouse: (_history(warehouse), *_ours(warehouse)) for warehouse in (live, offline)}
     names = {row["topic_id"]: row["topic"] for _, own, _ in runs.values() for row in own}
     asked = {(topic, partition, row["time"]) for _, own, groups in runs.values()
@@ -243,3 +262,18 @@ def test_lag_history_is_the_lag_at_each_time_live_and_offline(
                      for r in _table(warehouse, "topic_end_offsets") if r["topic"] in PARTITIONS}
             for source, warehouse in (("kafka", live), ("segments", offline))}
     assert ends["kafka"] and ends["kafka"].items() <= ends["segments"].items()
+
+
+def test_serve_read_the_end_offsets_of_each_stretch_it_bracketed(
+        lag_runs: tuple[dict[tuple[str, int], list[tuple[int, int]]], Path, Path,
+                        list[dict[str, Any]]]) -> None:
+    """`sharestate serve`'s /v1/end-offsets, as a run's `--end-offsets-from http://...`
+    reads it: exact rows (read by the broker's clock), each what was appended before it."""
+    appended, _, _, served = lag_runs
+    ours = [row for row in served if row["topic"] == APPENDED]
+    assert len(ours) >= 2 * PARTITIONS[APPENDED]
+    assert all(row["source"] == "serve" and row["exact"] for row in ours)
+    for row in ours:
+        stamps = sorted(appended[(APPENDED, row["partition"])])
+        before = bisect_left(stamps, (row["time"], -1))
+        assert row["end_offset"] == (stamps[before - 1][1] + 1 if before else 0), row

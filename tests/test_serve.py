@@ -147,8 +147,8 @@ def test_the_credential_shows_in_no_answer_and_no_log(
     caplog.set_level(logging.DEBUG)
     eventually(lambda: get(service, "/readyz")[0] == 200)
     for path in ("/healthz", "/readyz", "/v1/share-partitions", "/v1/lag", "/v1/redelivery",
-                 "/v1/prune", "/v1/consumer-group-offsets", "/v1/findings", "/metrics",
-                 "/openapi.json"):
+                 "/v1/prune", "/v1/consumer-group-offsets", "/v1/findings",
+                 "/v1/end-offsets", "/metrics", "/openapi.json"):
         status, body = get(service, path)
         assert status == 200, path
         assert PASSWORD not in json.dumps(body), path

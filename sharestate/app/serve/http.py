@@ -168,6 +168,7 @@ def make_answer(state: LiveState, version: str, reader_failure: Callable[[], str
                 "/v1/prune": state.prune,
                 "/v1/consumer-group-offsets": lambda: state.consumer_group_offsets(group),
                 "/v1/findings": state.findings,
+                "/v1/end-offsets": state.end_offset_rows,
             }
             if path == "/healthz":
                 failure = state.failure() or reader_failure()

@@ -62,6 +62,11 @@ def document(version: str) -> dict[str, Any]:
                 _rows("committed offsets"), group=True),
             "/v1/findings": _get("records that did not decode or apply",
                                  _rows("findings", ("kind", "message", "offset"))),
+            "/v1/end-offsets": _get(
+                "the data topics' end offsets read from the cluster so far, at the ends of "
+                "each stretch two reads bracket (for a run's --end-offsets-from)",
+                _rows("end offsets", ("topic", "topic_id", "partition", "time",
+                                      "end_offset"))),
             "/metrics": {"get": {"summary": "Prometheus text exposition", "responses": {
                 "200": {"description": "metrics",
                         "content": {"text/plain": {"schema": {"type": "string"}}}},

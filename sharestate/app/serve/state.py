@@ -14,6 +14,7 @@ from typing import Any
 from sharestate.analytics.context import StateContext, live_states
 from sharestate.analytics.lag import LIVE, EndOffsets, lag_rows, topic_names
 from sharestate.analytics.redelivery import redelivery_rows
+from sharestate.app.serve.end_offset_log import EndOffsetLog
 from sharestate.app.serve.live_log import PartitionCheckpoint, PartitionReplay, ReplayOptions
 from sharestate.cluster import KafkaSourceError
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
@@ -57,6 +58,7 @@ class LiveState:
         self.fetch_end_offsets = end_offsets
         self.retention_minutes = retention_minutes
         self._ends: tuple[float, EndOffsets] | None = None
+        self.end_offset_log = EndOffsetLog()
 
     def _share(self) -> Iterator[ShareLogResult]:
         for (topic, _), replay in self.replays.items():
@@ -116,13 +118,22 @@ class LiveState:
         says so), with a warning."""
         now = time.monotonic()
         if self._ends is None or now - self._ends[0] > END_OFFSETS_TTL_S:
+            asked = int(time.time() * 1000)
             try:
                 ends = self.fetch_end_offsets()
             except KafkaSourceError as exc:
                 LOG.warning("%s: lag is a lower bound from the state", exc)
                 ends = {}
+            self.end_offset_log.add(asked, int(time.time() * 1000), ends)
             self._ends = (now, ends)
         return self._ends[1]
+
+    def end_offset_rows(self) -> list[dict[str, Any]]:
+        """The end offsets read so far, as `EndOffsetLog.rows` (a read now included)."""
+        self.end_offsets()
+        with self.lock:
+            names = self.names()
+        return self.end_offset_log.rows(names)
 
     def names(self) -> dict[str, str]:
         """Topic id -> name from the share groups' metadata (call under the lock)."""
