@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from serve_support import get as get_from
 from sharestate.app.cli import main
 from sharestate.app.serve.live_log import ReplayOptions
 from sharestate.app.serve.service import Service, start
+from sharestate.app.serve.tailer import Fetched, fetched
 from sharestate.cluster import parse_options
 from sharestate.log import RawRecord
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
@@ -112,6 +114,52 @@ def test_analytics_endpoints_and_metrics_cover_every_share_partition(
     assert get(service, "/v1/nothing")[0] == 404
     assert get(service, "/v1/prune?group=x")[0] == 400
     assert get(service, "/openapi.json")[1]["paths"]["/v1/share-partitions"]
+
+
+def service_gauges(service: Service, name: str) -> dict[tuple[str, str], float]:
+    families = text_string_to_metric_families(get(service, "/metrics")[1])
+    return {(s.labels["state_topic"], s.labels["state_partition"]): s.value
+            for f in families if f.name == name for s in f.samples}
+
+
+def test_on_a_quiet_cluster_the_fetch_signal_stays_fresh_and_nothing_is_left_to_apply(
+        service: Service) -> None:
+    """The dashboard's signal that the service reads: when each partition's leader last
+    answered (it replaced the age of the newest applied record, which grows on any quiet
+    cluster), and the records not yet applied against each partition's end at the last
+    fetch."""
+    eventually(lambda: get(service, "/readyz")[0] == 200)
+    partitions = set(service_gauges(service, "sharestate_serve_records_applied"))
+    eventually(lambda: set(service_gauges(
+        service, "sharestate_serve_last_fetch_timestamp_seconds")) == partitions, timeout=15)
+    first = service_gauges(service, "sharestate_serve_last_fetch_timestamp_seconds")
+    applied = service_gauges(service, "sharestate_serve_records_applied")
+    assert all(time.time() - at < 10 for at in first.values()), first
+    time.sleep(6)  # nothing produced meanwhile: a statistics report later
+    later = service_gauges(service, "sharestate_serve_last_fetch_timestamp_seconds")
+    assert all(later[where] - first[where] >= 3 for where in partitions), (first, later)
+    assert service_gauges(service, "sharestate_serve_records_applied") == applied  # quiet
+    assert service_gauges(service, "sharestate_serve_records_lag") == dict.fromkeys(
+        partitions, 0)
+
+
+def test_the_fetch_signal_is_read_from_librdkafkas_statistics() -> None:
+    """Fields as librdkafka's STATISTICS.md documents them: a broker's `rxidle` (µs since it
+    last received), a partition's `leader`, `hi_offset` and `ls_offset` (-1001: unknown)."""
+    report = json.dumps({
+        "time": 1700000000,
+        "brokers": {"b1:9092/1": {"nodeid": 1, "rxidle": 250_000},
+                    "b2:9092/2": {"nodeid": 2, "rxidle": -1},
+                    "GroupCoordinator": {"nodeid": -1, "rxidle": 10}},
+        "topics": {"__consumer_offsets": {"partitions": {
+            "0": {"leader": 1, "hi_offset": 120, "ls_offset": 100},
+            "1": {"leader": 2, "hi_offset": 7, "ls_offset": 7},
+            "2": {"leader": 1, "hi_offset": -1001, "ls_offset": -1001},
+            "-1": {"leader": -1, "hi_offset": -1001, "ls_offset": -1001}}}}})
+    assert fetched(report, committed=True, now=1000.0) == {
+        ("__consumer_offsets", 0): Fetched(999.75, 100)}
+    assert fetched(report, committed=False, now=1000.0) == {
+        ("__consumer_offsets", 0): Fetched(999.75, 120)}
 
 
 def test_a_record_that_does_not_decode_is_a_finding_and_the_rest_applies(

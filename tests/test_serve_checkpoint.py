@@ -90,14 +90,19 @@ def totals(records: Records) -> dict[str, float]:
             records.items()}
 
 
+UNEQUAL = ("sharestate_serve_checkpoint", "sharestate_serve_records_behind",
+           "sharestate_serve_last_fetch", "sharestate_serve_records_lag")
+"""Metrics two services over the same records need not share: their checkpoints, how far
+behind the end each saw at its start, and what their consumers last heard and when."""
+
+
 def answers(address: tuple[str, int]) -> dict[str, Any]:
-    """Every JSON answer and every state metric sample (not the checkpoints' own, nor how
-    far behind the start's end offsets, which depends on when it started)."""
+    """Every JSON answer and every state metric sample (but `UNEQUAL`)."""
     found: dict[str, Any] = {path: get(address, path)[1] for path in ENDPOINTS}
     found["/metrics"] = sorted(
         (s.name, sorted(s.labels.items()), s.value)
         for f in text_string_to_metric_families(get(address, "/metrics")[1])
-        if not f.name.startswith(("sharestate_serve_checkpoint", "sharestate_serve_records_behind"))
+        if not f.name.startswith(UNEQUAL)
         for s in f.samples)
     return found
 

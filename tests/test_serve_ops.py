@@ -57,6 +57,19 @@ def test_the_dashboard_is_a_grafana_dashboard_model() -> None:
     assert named_metrics() - PROMETHEUS_OWN, "it shows the service's metrics"
 
 
+def test_stat_panels_color_by_thresholds_of_their_own() -> None:
+    """Without thresholds Grafana colors a stat red from 80, whatever it counts (lag,
+    archived records, checkpoint bytes): each one says its own, from an uncolored base."""
+    stats = [panel for panel in load()["panels"] if panel["type"] == "stat"]
+    assert stats
+    for panel in stats:
+        thresholds = panel["fieldConfig"]["defaults"]["thresholds"]
+        steps = thresholds["steps"]
+        assert thresholds["mode"] == "absolute" and steps[0]["value"] is None, panel["title"]
+        values = [step["value"] for step in steps[1:]]
+        assert values == sorted(values) and 80 not in values, panel["title"]
+
+
 def test_metric_names_are_read_from_the_expression_not_guessed() -> None:
     assert metric_names('sum by (group) (rate(a_total{job=~"$job"}[$__rate_interval]))'
                         ' / on() group_left max(b) + time() - topk(3, c:d)') == {

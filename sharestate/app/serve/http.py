@@ -28,7 +28,7 @@ import resource
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
@@ -41,6 +41,7 @@ from sharestate.app.serve.checkpoint import Checkpointer
 from sharestate.app.serve.metrics import registry
 from sharestate.app.serve.openapi import document
 from sharestate.app.serve.state import LiveState
+from sharestate.app.serve.tailer import Fetched
 
 LOG = logging.getLogger("sharestate.serve")
 ALLOWED = "GET, HEAD, OPTIONS"
@@ -109,10 +110,11 @@ def _plain(status: HTTPStatus, message: str, *headers: tuple[str, str]) -> bytes
 
 
 def make_answer(state: LiveState, version: str, reader_failure: Callable[[], str | None],
-                checkpointer: Checkpointer | None = None
+                checkpointer: Checkpointer | None = None,
+                fetched: Callable[[], Mapping[tuple[str, int], Fetched]] = dict
                 ) -> Callable[[bytes, tuple[str, int]], bytes]:
     """The whole answer (status line, headers, body) to a request's head from a client."""
-    metrics = registry(state, checkpointer)
+    metrics = registry(state, checkpointer, fetched)
     spec = json.dumps(document(version)).encode()
 
     class Handler(BaseHTTPRequestHandler):
@@ -429,6 +431,8 @@ def _path(head: bytes) -> str:
 
 def make_server(listener: socket.socket, state: LiveState, version: str,
                 reader_failure: Callable[[], str | None],
-                checkpointer: Checkpointer | None = None) -> HttpServer:
+                checkpointer: Checkpointer | None = None,
+                fetched: Callable[[], Mapping[tuple[str, int], Fetched]] = dict) -> HttpServer:
     """A server (not yet serving) for `state` on `listener`."""
-    return HttpServer(listener, make_answer(state, version, reader_failure, checkpointer))
+    return HttpServer(listener, make_answer(state, version, reader_failure, checkpointer,
+                                            fetched))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -11,6 +11,7 @@ from sharestate.analytics.context import live_states
 from sharestate.analytics.lag import ARCHIVED, LIVE, share_lag
 from sharestate.app.serve.checkpoint import Checkpointer
 from sharestate.app.serve.state import LiveState
+from sharestate.app.serve.tailer import Fetched
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 
 SHARE_LABELS = ["group", "topic", "partition"]
@@ -21,8 +22,10 @@ class StateCollector(Collector):
     """Per share-partition, per state-topic partition, per consumer-group partition and
     service gauges (names below are what the dashboard may use)."""
 
-    def __init__(self, state: LiveState) -> None:
+    def __init__(self, state: LiveState,
+                 fetched: Callable[[], Mapping[tuple[str, int], Fetched]] = dict) -> None:
         self.state = state
+        self.fetched = fetched
 
     def collect(self) -> Iterator[Metric]:
         state = self.state
@@ -38,8 +41,6 @@ class StateCollector(Collector):
         prune = GaugeMetricFamily("sharestate_state_prune_offset",
                                   "Offset below which the state-topic partition can be pruned",
                                   labels=STATE_LABELS)
-        reclaim = GaugeMetricFamily("sharestate_state_reclaimable_bytes",
-                                    "Bytes of batches below the prune offset", labels=STATE_LABELS)
         committed = GaugeMetricFamily("sharestate_consumer_group_committed_offset",
                                       "Committed consumer-group offset", labels=SHARE_LABELS)
         group_lag = GaugeMetricFamily("sharestate_consumer_group_lag",
@@ -52,8 +53,14 @@ class StateCollector(Collector):
         behind = GaugeMetricFamily("sharestate_serve_records_behind",
                                    "Offsets between what was applied and the end seen at start",
                                    labels=STATE_LABELS)
-        stamp = GaugeMetricFamily("sharestate_serve_last_applied_timestamp_seconds",
-                                  "Timestamp of the last applied record", labels=STATE_LABELS)
+        heard = GaugeMetricFamily("sharestate_serve_last_fetch_timestamp_seconds",
+                                  "When the partition's leader last answered the consumer "
+                                  "(every 0.5 s at least while it is up)", labels=STATE_LABELS)
+        unapplied = GaugeMetricFamily("sharestate_serve_records_lag",
+                                      "Records of the partition not yet applied (its end at "
+                                      "the last fetch - the next offset to apply)",
+                                      labels=STATE_LABELS)
+        fetches = self.fetched()
         with state.lock:
             names = state.names()
             for (topic, partition), replay in state.replays.items():
@@ -62,8 +69,9 @@ class StateCollector(Collector):
                 applied.add_metric(where, progress.records)
                 behind.add_metric(where, max(state.start_ends.get((topic, partition), 0)
                                              - progress.position, 0))
-                if progress.last_timestamp is not None:
-                    stamp.add_metric(where, progress.last_timestamp / 1000)
+                if (fetch := fetches.get((topic, partition))) is not None:
+                    heard.add_metric(where, fetch.at)
+                    unapplied.add_metric(where, max(fetch.end - progress.position, 0))
                 result = replay.share_result or replay.group_result
                 errors.add_metric(where, len(result.findings) if result is not None else 0)
                 if topic == SHARE_STATE_TOPIC and (share_result := replay.share_result):
@@ -71,7 +79,6 @@ class StateCollector(Collector):
                     point = shard.last_redundant_offset()
                     if point is not None:
                         prune.add_metric(where, point)
-                    reclaim.add_metric(where, share_result.reclaimable_bytes)
                     for key, value in live_states(shard):
                         name = names.get(key.topic_id, key.topic_id)
                         end = ends.get((key.topic_id, key.partition),
@@ -97,7 +104,7 @@ class StateCollector(Collector):
                         if end is not None:
                             group_lag.add_metric(labels, max(end - commit.committed_offset, 0))
         yield from share.values()
-        yield from (prune, reclaim, committed, group_lag, applied, errors, behind, stamp)
+        yield from (prune, committed, group_lag, applied, errors, behind, heard, unapplied)
 
 
 class CheckpointCollector(Collector):
@@ -120,10 +127,13 @@ class CheckpointCollector(Collector):
                                   "Checkpoint writes that failed", value=writer.failures)
 
 
-def registry(state: LiveState, checkpointer: Checkpointer | None = None) -> CollectorRegistry:
-    """A registry holding only the service's own metrics."""
+def registry(state: LiveState, checkpointer: Checkpointer | None = None,
+             fetched: Callable[[], Mapping[tuple[str, int], Fetched]] = dict
+             ) -> CollectorRegistry:
+    """A registry holding only the service's own metrics (`fetched`: what the consumer last
+    heard of each partition)."""
     found = CollectorRegistry(auto_describe=False)
-    found.register(StateCollector(state))
+    found.register(StateCollector(state, fetched))
     if checkpointer is not None:
         found.register(CheckpointCollector(checkpointer))
     return found

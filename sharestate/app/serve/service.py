@@ -149,7 +149,7 @@ def _serve(options: KafkaReadOptions, listener: socket.socket, replay: ReplayOpt
         store, state, records=checkpoints.records, seconds=checkpoints.seconds,
         version=version)
     server = make_server(listener, state, version, lambda: reader_failure(tailer),
-                         checkpointer)
+                         checkpointer, lambda: tailer.fetched)
     tailer.start()
     if checkpointer is not None:
         checkpointer.start()

@@ -3,13 +3,14 @@ checkpoint, handed chunk by chunk to each partition's replay."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 from itertools import compress, count, repeat
 from operator import is_not, ne
-from typing import cast
+from typing import NamedTuple, cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -29,10 +30,12 @@ from sharestate.log.batch import NO_TIMESTAMP_TYPE
 from sharestate.log.discovery import INTERNAL_TOPICS
 
 CONSUME_MESSAGES = 10_000
-CONSUMER_DEFAULTS = {"fetch.queue.backoff.ms": "10"}
+CONSUMER_DEFAULTS = {"fetch.queue.backoff.ms": "10", "statistics.interval.ms": "5000"}
 """librdkafka settings a `--kafka-option` may override. While catching up the consumer's
 queue fills faster than the replays drain it; by default librdkafka then postpones the
-partition's next fetch by a whole second, here by 10 ms."""
+partition's next fetch by a whole second, here by 10 ms. Every 5 s the consumer's
+statistics tell when each partition's leader last answered and the partition's end
+(`Fetched`)."""
 POLL_TIMEOUT_S = 0.1
 NEW_PARTITIONS_S = 5.0
 """How often the tailer asks the cluster for internal-topic partitions that appeared since
@@ -42,6 +45,35 @@ LOG = logging.getLogger("sharestate.serve")
 
 Partitions = Mapping[tuple[str, int], PartitionReplay]
 AddPartitions = Callable[[list[tuple[str, int]]], Partitions]
+UNKNOWN_OFFSET = -1001
+"""librdkafka's offset for "not known yet" in its statistics."""
+
+
+class Fetched(NamedTuple):
+    """What the consumer last heard of a partition: when its leader last answered it
+    (epoch seconds: a fetch returns at least every `fetch.wait.max.ms`, 0.5 s, on a quiet
+    log) and the partition's end then (the offset a read can reach: the high watermark, or
+    the last stable offset with read_committed)."""
+
+    at: float
+    end: int
+
+
+def fetched(statistics: str, *, committed: bool, now: float
+            ) -> dict[tuple[str, int], Fetched]:
+    """`Fetched` of each partition the consumer's statistics (librdkafka's JSON) know an
+    end and an answering leader of."""
+    stats = json.loads(statistics)
+    idle = {broker.get("nodeid"): broker.get("rxidle", -1)
+            for broker in stats.get("brokers", {}).values()}
+    found = {}
+    for topic, described in stats.get("topics", {}).items():
+        for number, partition in described.get("partitions", {}).items():
+            end = partition.get("ls_offset" if committed else "hi_offset", UNKNOWN_OFFSET)
+            quiet = idle.get(partition.get("leader"), -1)
+            if int(number) >= 0 and end >= 0 and quiet >= 0:
+                found[(topic, int(number))] = Fetched(now - quiet / 1e6, end)
+    return found
 
 
 class Tailer(threading.Thread):
@@ -67,6 +99,8 @@ class Tailer(threading.Thread):
         self.stopping = threading.Event()
         self.failure: str | None = None
         self.consumer: Consumer | None = None
+        self.fetched: dict[tuple[str, int], Fetched] = {}
+        """Replaced whole by each statistics report (readers take it without a lock)."""
 
     def run(self) -> None:
         try:
@@ -78,7 +112,8 @@ class Tailer(threading.Thread):
             # prune point) resumes at the log start, never at its end
             consumer = self.consumer = Consumer({
                 **CONSUMER_DEFAULTS, **self.options.client_config("sharestate-serve"),
-                "enable.partition.eof": "true", "auto.offset.reset": "earliest"})
+                "enable.partition.eof": "true", "auto.offset.reset": "earliest",
+                "stats_cb": self._statistics})
             # the partitions' leaders known before they are assigned: an assigned partition
             # without one waits librdkafka's 500 ms offset-query retry (only a head start:
             # a cluster that does not answer now is read once it does)
@@ -104,6 +139,13 @@ class Tailer(threading.Thread):
         finally:
             if self.consumer is not None:
                 self.consumer.close()
+
+    def _statistics(self, report: str) -> None:
+        try:
+            self.fetched = fetched(report, now=time.time(),
+                                   committed=self.options.isolation_level == "read_committed")
+        except (ValueError, TypeError, AttributeError) as exc:  # a report we cannot read
+            LOG.debug("the consumer's statistics: %r", exc)
 
     def _await_internal_topics(self) -> None:
         """Every `NEW_PARTITIONS_S`, look for the internal topics' partitions, until some
