@@ -7,7 +7,7 @@ task the Spark job runs on its executors (`tables.tasks.bronze_tables`). For eve
 segment:
 
 - nothing raises and the status is 0 without findings, 1 with them;
-- every command that reads the segment's topic, and the ingest task's `decode_errors`,
+- every command, whichever topic it answers for, and the ingest task's `decode_errors`,
   report the same findings (segment, position, offset, kind, message);
 - every batch the damage did not touch is read, before and after the damage, exactly as
   `decode` prints it from the intact segment.
@@ -47,7 +47,10 @@ pytestmark = pytest.mark.timeout(900)
 
 SHARE = "__share_group_state"
 OFFSETS = "__consumer_offsets"
-READERS = {SHARE: ("state", "prune"), OFFSETS: ("offsets",)}
+READERS = ("state", "prune", "offsets")
+"""Every command reads every segment it is given and reports its findings, whichever topic
+it answers for (state and prune replay `__share_group_state`, offsets `__consumer_offsets`,
+and each reads the other topic's segments for their findings only)."""
 
 
 def _fixtures(large: bool) -> list[Path]:
@@ -230,7 +233,7 @@ def read_everywhere(path: Path, topic: str, work: Path, dialect: str) -> Reading
     status: dict[str, int] = {}
     findings: dict[str, Counter[Key]] = {}
     status["decode"], findings["decode"], rows = _command("decode", path, work, dialect)
-    for command in READERS[topic]:
+    for command in READERS:
         status[command], findings[command], _ = _command(command, path, work, dialect)
     findings["ingest"], records = _ingest(path, dialect)
     assert records == sum(1 for r in rows if r["timestamp"] is not None)  # record rows

@@ -27,6 +27,7 @@ from sharestate.locations import URI, location
 from sharestate.log import (
     COMPRESSION_NAMES,
     DEFAULT_MAX_BATCH_RECORDS,
+    DEFAULT_MAX_FINDINGS,
     LogFinding,
     ReadLimits,
     Segment,
@@ -154,7 +155,40 @@ def _findings_file(path: str | None) -> Iterator[Callable[[Iterable[Found]], Non
 
 
 def _limits(args: argparse.Namespace) -> ReadLimits:
-    return ReadLimits(max_batch_records=args.max_batch_records)
+    return ReadLimits(max_batch_records=args.max_batch_records, max_findings=args.max_findings)
+
+
+class _Findings:
+    """Where a replaying command's findings go as they are found (none is held): the first
+    `SHOWN` on stderr, every one to `--findings`; counted."""
+
+    SHOWN = 20
+
+    def __init__(self, write: Callable[[Iterable[Found]], None]) -> None:
+        self.write = write
+        self.count = 0
+
+    def __call__(self, topic: str | None, partition: int | None, finding: LogFinding) -> None:
+        self.count += 1
+        if self.count <= self.SHOWN:
+            where = f"offset {finding.offset}" if finding.offset is not None \
+                else f"position {finding.position}"
+            print(f"{finding.source} {where}: {finding.kind}: {finding.message}",
+                  file=sys.stderr)
+        self.write([(topic, partition, finding)])
+
+    def status(self, shard_findings: int) -> int:
+        """Say how many findings there were (with the replays' own); the exit status."""
+        total = self.count + shard_findings
+        if total:
+            print(f"{total} findings", file=sys.stderr)
+        return EXIT_FINDINGS if total else EXIT_OK
+
+
+@contextmanager
+def _findings(args: argparse.Namespace) -> Iterator[_Findings]:
+    with _findings_file(args.findings) as write:
+        yield _Findings(write)
 
 
 def cmd_decode(args: argparse.Namespace) -> int:
@@ -169,7 +203,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
                 log_key(segment, detection.topic), OffsetOrder())
             for record in decode_segment(segment, detection, limits=limits, order=order):
                 row = record_json(record)
-                if record.finding is not None:
+                if record.finding is not None and record.listed:
                     findings += 1
                     write_findings([(record.topic, record.partition, record.finding)])
                 if args.format == "table":
@@ -212,9 +246,11 @@ def _as_of(args: argparse.Namespace) -> AsOf:
     return AsOf(offset=args.as_of_offset, time=args.as_of_time)
 
 
-def _logs(args: argparse.Namespace, topic: str) -> tuple[list[PartitionLog], list[Found]]:
-    """The partition logs of `topic` among the sources, and the findings of the segments
-    whose topic is unknown (every command reports those)."""
+def _logs(args: argparse.Namespace, topic: str, found: _Findings) -> list[PartitionLog]:
+    """The partition logs of `topic` among the sources. Every other segment is read for
+    its findings, which go to `found` (every command reports the findings of every segment
+    it reads, whichever topic it answers for): those whose topic is unknown, and the
+    partition logs of the other topic."""
     logs, unknown = partition_logs(_discover(args), dialect=args.dialect,
                                    topic=args.topic, limits=_limits(args))
     for log in logs:
@@ -222,7 +258,15 @@ def _logs(args: argparse.Namespace, topic: str) -> tuple[list[PartitionLog], lis
             _say_how_read(segment, detection)
     for finding in unknown:
         print(f"{finding.source}: {finding.message}", file=sys.stderr)
-    return [log for log in logs if log.topic == topic], [(None, None, f) for f in unknown]
+        found(None, None, finding)
+    for log in logs:
+        if log.topic == topic:
+            continue
+        for item in log.batches():
+            for finding in [item] if isinstance(item, LogFinding) else [*item.failed,
+                                                                        *item.findings]:
+                found(log.topic, log.partition, finding)
+    return [log for log in logs if log.topic == topic]
 
 
 def _write_rows(rows: Iterable[dict[str, Any]], output: str | None) -> int:
@@ -239,20 +283,6 @@ def _as_of_text(args: argparse.Namespace) -> str:
     return _as_of(args).describe()
 
 
-def _report(args: argparse.Namespace, findings: Sequence[Found], shard_findings: int) -> int:
-    """Print the first findings and their count (all of them to `--findings`); the status."""
-    for _, _, finding in findings[:20]:
-        where = f"offset {finding.offset}" if finding.offset is not None \
-            else f"position {finding.position}"
-        print(f"{finding.source} {where}: {finding.kind}: {finding.message}", file=sys.stderr)
-    with _findings_file(args.findings) as write_findings:
-        write_findings(findings)
-    total = len(findings) + shard_findings
-    if total:
-        print(f"{total} findings", file=sys.stderr)
-    return EXIT_FINDINGS if total else EXIT_OK
-
-
 class _Replay(Protocol):
     stopped: bool
 
@@ -265,10 +295,15 @@ class _Replay(Protocol):
 _R = TypeVar("_R", bound=_Replay)
 
 
-def _replayed(replay: _R, log: PartitionLog) -> _R:
-    """`replay` fed `log` up to its stop point."""
+def _replayed(replay: _R, log: PartitionLog, found: _Findings) -> _R:
+    """`replay` fed `log` up to its stop point, its findings handed to `found` as they
+    come (so that the replay holds none)."""
+    findings = replay.result.findings
     for item in log.items():
         replay.apply(item)
+        for finding in findings:
+            found(log.topic, log.partition, finding)
+        findings.clear()
         if replay.stopped:
             break
     return replay
@@ -287,21 +322,19 @@ def _say_past_end(args: argparse.Namespace, replays: Sequence[_Replay]) -> None:
 
 
 def _replay_share(args: argparse.Namespace) -> tuple[list[ShareLogResult], int]:
-    logs, unknown = _logs(args, SHARE_STATE_TOPIC)
-    replays = [_replayed(ShareReplay.of_log(
-        log, as_of=_as_of(args), semantics=args.semantics,
-        snapshot_update_records_per_snapshot=args.snapshot_update_records), log)
-        for log in logs]
+    with _findings(args) as found:
+        logs = _logs(args, SHARE_STATE_TOPIC, found)
+        replays = [_replayed(ShareReplay.of_log(
+            log, as_of=_as_of(args), semantics=args.semantics,
+            snapshot_update_records_per_snapshot=args.snapshot_update_records), log, found)
+            for log in logs]
     _say_past_end(args, replays)
     results = [replay.result for replay in replays]
-    findings = [*unknown, *((r.topic, r.partition, f) for r in results
-                            for f in r.findings)]
     for result in results:
         for finding in result.shard.findings:
             print(f"{result.name} offset {finding.offset}: {finding.code}: {finding.message}",
                   file=sys.stderr)
-    status = _report(args, findings, sum(len(r.shard.findings) for r in results))
-    return results, status
+    return results, found.status(sum(len(r.shard.findings) for r in results))
 
 
 def cmd_state(args: argparse.Namespace) -> int:
@@ -345,8 +378,10 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 def cmd_offsets(args: argparse.Namespace) -> int:
     """Committed consumer-group offsets as of a point (`--pending`: open transactions too)."""
-    logs, unknown = _logs(args, CONSUMER_OFFSETS_TOPIC)
-    replays = [_replayed(GroupReplay.of_log(log, as_of=_as_of(args)), log) for log in logs]
+    with _findings(args) as found:
+        logs = _logs(args, CONSUMER_OFFSETS_TOPIC, found)
+        replays = [_replayed(GroupReplay.of_log(log, as_of=_as_of(args)), log, found)
+                   for log in logs]
     _say_past_end(args, replays)
     results = [replay.result for replay in replays]
     every = [row for result in results for row in offset_rows(
@@ -356,8 +391,7 @@ def cmd_offsets(args: argparse.Namespace) -> int:
     if not rows and args.group is not None:
         _say_no_group(args, "committed offsets" + (" or open commits" if args.pending else ""),
                       {row["group_id"] for row in every})
-    return _report(args, [*unknown, *((r.topic, r.partition, f) for r in results
-                                      for f in r.findings)], 0)
+    return found.status(0)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -709,6 +743,10 @@ def _add_sources(parser: argparse.ArgumentParser) -> None:
                         default=DEFAULT_MAX_BATCH_RECORDS,
                         metavar="N", help="refuse (as a finding) a batch declaring more "
                                           "records than this (default %(default)s)")
+    parser.add_argument("--max-findings", type=arguments.count, default=DEFAULT_MAX_FINDINGS,
+                        metavar="N", help="list at most this many findings of a segment one "
+                                          "by one; count the rest, with one omitted_findings "
+                                          "finding per kind (default %(default)s)")
 
 
 def version() -> str:

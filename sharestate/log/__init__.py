@@ -49,6 +49,7 @@ from sharestate.log.framing import (
     DEFAULT_LIMITS,
     DEFAULT_MAX_BATCH_BYTES,
     DEFAULT_MAX_BATCH_RECORDS,
+    DEFAULT_MAX_FINDINGS,
     ReadLimits,
     read_batches,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "DEFAULT_LIMITS",
     "DEFAULT_MAX_BATCH_BYTES",
     "DEFAULT_MAX_BATCH_RECORDS",
+    "DEFAULT_MAX_FINDINGS",
     "DEFAULT_MAX_INFLATED_BYTES",
     "DEFAULT_RAW_CAP",
     "DEFAULT_SEGMENT_BYTES",

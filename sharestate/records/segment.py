@@ -4,7 +4,11 @@ This is the one place that says what a segment's findings are, for every command
 pipeline: each framing finding of `read_segment` (garbage, truncation, an unreadable file),
 each batch's own findings (a refused batch, a payload that does not inflate), and one per
 record that does not decode (`record_finding`). A segment whose topic no record tells is
-one `unknown_topic` finding and is not read further (`segment_batches`).
+one `unknown_topic` finding and is not read further (`segment_batches`). A segment lists
+its first `ReadLimits.max_findings` findings in full, in log order (a batch's records'
+before its own); the rest `FindingCap` counts per kind, and the segment ends with one
+`omitted_findings` finding per kind saying how many, so memory and every sink stay bounded
+and nothing goes unsaid.
 
 `decode_segment` streams one segment and yields a `DecodedRecord` per record and per
 finding that is not a record's, in log order, so nothing is dropped. The segment's topic
@@ -57,6 +61,9 @@ class DecodedRecord:
     position: int | None
     raw_key: bytes | None
     raw_value: bytes | None
+    listed: bool = True
+    """Whether `finding` is one of the segment's listed findings (else it is past the cap
+    and counted in an `omitted_findings` finding)."""
 
     @property
     def ok(self) -> bool:
@@ -115,6 +122,40 @@ def _unknown_topic(segment: Segment, detection: Detection, items: Iterator[Batch
         return
 
 
+class FindingCap:
+    """The findings of one segment (or split) as its readers list them: the first `limit`
+    in full, the rest counted per kind (see the module docstring)."""
+
+    __slots__ = ("left", "limit", "omitted", "source")
+
+    def __init__(self, limit: int, source: str | None) -> None:
+        self.limit = limit
+        self.left = limit
+        self.source = source
+        self.omitted: dict[str, list[Any]] = {}  # kind -> [count, first position, offset]
+
+    def admit(self, kind: str, position: int, offset: int | None) -> bool:
+        """Whether the next finding is listed; if not, it is counted."""
+        if self.left > 0:
+            self.left -= 1
+            return True
+        seen = self.omitted.get(kind)
+        if seen is None:
+            self.omitted[kind] = [1, position, offset]
+        else:
+            seen[0] += 1
+        return False
+
+    def summary(self) -> list[LogFinding]:
+        """One `omitted_findings` finding per kind counted, at the first one's place."""
+        return [LogFinding(
+            "omitted_findings", f"{count} more {kind} finding{'' if count == 1 else 's'} "
+            f"in this segment, from position {position}"
+            f"{'' if offset is None else f' (offset {offset})'} on, not listed one by one: "
+            f"a segment lists {self.limit} (--max-findings)", position, offset, b"", 0,
+            self.source) for kind, (count, position, offset) in self.omitted.items()]
+
+
 def record_finding(header: BatchHeader, record: RawRecord, decoded: Decoded,
                    source: str | None) -> LogFinding | None:
     """The finding of one record that did not decode (None when it did): its error, the
@@ -138,7 +179,8 @@ class DecodedBatch(NamedTuple):
     Data records decode to a `KeyValue` (its `error` says why one failed), control
     records to a `ControlRecord`, or to a `LogFinding` when the control record is malformed.
     `findings` are the batch's own (from the log layer), `failed` the `record_finding` of
-    each record that did not decode, in log order.
+    each record that did not decode, in log order: those its segment lists (`FindingCap`);
+    `omitted` counts the batch's findings past the cap (records' first).
     """
 
     header: BatchHeader
@@ -146,6 +188,7 @@ class DecodedBatch(NamedTuple):
     decoded: list[Decoded]
     findings: list[LogFinding]
     failed: tuple[LogFinding, ...] = ()
+    omitted: int = 0
 
 
 class QuietRun(NamedTuple):
@@ -195,7 +238,7 @@ def quiet_runs(items: Iterator[DecodedBatch | LogFinding]) -> Iterator[LogItem]:
 
     for item in items:
         if isinstance(item, DecodedBatch) and item.records and not item.findings \
-                and not item.failed and not item.header.is_transactional \
+                and not item.failed and not item.omitted and not item.header.is_transactional \
                 and not item.header.is_control:
             batches.append(item)
             records.extend(item.records)
@@ -214,13 +257,16 @@ def decode_batches(segment: Segment, detection: Detection, *,
                    limits: ReadLimits = DEFAULT_LIMITS, order: OffsetOrder | None = None
                    ) -> Iterator[DecodedBatch | LogFinding]:
     """Stream `segment` batch by batch under `detection`'s topic and dialect (`order`: as
-    for `segment_batches`)."""
+    for `segment_batches`), its findings past `limits.max_findings` counted (`FindingCap`)
+    and summed up at its end."""
     topic = detection.topic
     schemas = dialect(detection.dialect)
     source = str(segment.path)
+    cap = FindingCap(limits.max_findings, source)
     for item in segment_batches(segment, detection, limits=limits, order=order):
         if isinstance(item, LogFinding):
-            yield item
+            if cap.admit(item.kind, item.position, item.offset):
+                yield item
             continue
         assert topic is not None
         header, records = item.header, item.records
@@ -232,10 +278,32 @@ def decode_batches(segment: Segment, detection: Detection, *,
             values = decode_key_values(schemas, topic, records)
             bad = any(map(_ERROR, values))  # at C speed: most batches have no error
             decoded = list(values)
-        failed = tuple(f for r, d in zip(records, decoded, strict=True)
-                       if (f := record_finding(header, r, d, source)) is not None) \
-            if bad else ()
-        yield DecodedBatch(header, records, decoded, item.findings, failed)
+        failed: list[LogFinding] = []
+        omitted = 0
+        if bad:
+            for record, outcome in zip(records, decoded, strict=True):
+                kind = failure_kind(outcome)
+                if kind is None:
+                    continue
+                if cap.admit(kind, header.position, record.offset):
+                    finding = record_finding(header, record, outcome, source)
+                    assert finding is not None
+                    failed.append(finding)
+                else:
+                    omitted += 1
+        own = [f for f in item.findings if cap.admit(f.kind, f.position, f.offset)]
+        omitted += len(item.findings) - len(own)
+        yield DecodedBatch(header, records, decoded, own, tuple(failed), omitted)
+    yield from cap.summary()
+
+
+def failure_kind(decoded: Decoded) -> str | None:
+    """The finding kind of a record that did not decode (None when it did)."""
+    if isinstance(decoded, LogFinding):
+        return decoded.kind
+    if isinstance(decoded, ControlRecord) or decoded.error is None:
+        return None
+    return decoded.error.kind
 
 
 def decode_segment(segment: Segment, detection: Detection, *,
@@ -250,30 +318,42 @@ def decode_segment(segment: Segment, detection: Detection, *,
             yield _finding_record(topic, partition, item, None)
             continue
         header = item.header
-        failures = iter(item.failed)  # one per record that did not decode, in order
+        source = str(segment.path)
+        # one per record that did not decode, in order: the listed ones, then those past
+        # the cap (their rows still say why)
+        failures = iter(item.failed)
         for record, decoded in zip(item.records, item.decoded, strict=True):
-            if isinstance(decoded, LogFinding):
-                yield _finding_record(topic, partition, next(failures), header,
-                                      record.offset, record.timestamp)
-            elif isinstance(decoded, ControlRecord):
+            if isinstance(decoded, ControlRecord):
                 yield DecodedRecord(topic, partition, record.offset, record.timestamp, header,
                                     None, decoded, None, header.position, record.key,
                                     record.value)
+                continue
+            if failure_kind(decoded) is None:
+                failed = None
+                listed = True
             else:
-                failed = None if decoded.error is None else next(failures)
+                failed = next(failures, None)
+                listed = failed is not None
+                if failed is None:
+                    failed = record_finding(header, record, decoded, source)
+            if isinstance(decoded, LogFinding):
+                assert failed is not None
+                yield _finding_record(topic, partition, failed, header, record.offset,
+                                      record.timestamp, listed)
+            else:
                 yield DecodedRecord(topic, partition, record.offset, record.timestamp, header,
                                     decoded, None, failed, header.position, record.key,
-                                    record.value)
+                                    record.value, listed)
         for finding in item.findings:  # the batch's own, after the records it still gave
             yield _finding_record(topic, partition, finding, header)
 
 
 def _finding_record(topic: str | None, partition: int | None, finding: LogFinding,
                     header: BatchHeader | None, offset: int | None = None,
-                    timestamp: int | None = None) -> DecodedRecord:
+                    timestamp: int | None = None, listed: bool = True) -> DecodedRecord:
     return DecodedRecord(topic, partition, finding.offset if offset is None else offset,
                          timestamp, header, None, None, finding, finding.position,
-                         finding.raw, None)
+                         finding.raw, None, listed)
 
 
 def record_json(record: DecodedRecord) -> dict[str, Any]:

@@ -30,7 +30,13 @@ from sharestate.lake.errors import out_of_space
 from sharestate.lake.integrity import DamagedTable, check_warehouse
 from sharestate.lake.lease import LeaseError, warehouse_lease
 from sharestate.locations import URI, location
-from sharestate.log import DEFAULT_MAX_BATCH_RECORDS, ReadLimits, SourceError, discover
+from sharestate.log import (
+    DEFAULT_MAX_BATCH_RECORDS,
+    DEFAULT_MAX_FINDINGS,
+    ReadLimits,
+    SourceError,
+    discover,
+)
 from sharestate.log.end_offsets import is_data_partition
 from sharestate.replay.logs import AsOf
 from sharestate.tables.gold_pass import GoldOptions
@@ -103,6 +109,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    default=DEFAULT_MAX_BATCH_RECORDS,
                    metavar="N", help="refuse (as a decode error) a batch declaring more "
                                      "records than this (default %(default)s)")
+    p.add_argument("--max-findings", type=arguments.count, default=DEFAULT_MAX_FINDINGS,
+                   metavar="N", help="decode errors of a segment listed one by one; the rest "
+                                     "are counted, one omitted_findings row per kind "
+                                     "(default %(default)s)")
     p.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
                    help="client setting for a kafka:// source, e.g. security.protocol=SASL_SSL "
                         "(secrets: SHARESTATE_KAFKA_* environment variables)")
@@ -293,7 +303,8 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
                 reports.append(ingest(
                     spark, warehouse, args.source, run_id=run_id, full=args.full,
                     kafka_options=kafka_options, silver=fused,
-                    limits=ReadLimits(max_batch_records=args.max_batch_records),
+                    limits=ReadLimits(max_batch_records=args.max_batch_records,
+                                      max_findings=args.max_findings),
                     executors=kernels))
             elif job == "decode":
                 if not fused:

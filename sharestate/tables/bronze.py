@@ -7,9 +7,11 @@ segment and yields record batches in the *staging* schema — the `log_records` 
 value, or the key when there is no value); framing findings (garbage, truncation, an
 unreadable file, ...) and each batch's own findings (a refused batch, a payload that does
 not inflate) are rows of their own: the findings `sharestate.records.segment` defines, read
-through the same `segment_batches`. A segment whose topic is unknown is one finding row
-with topic `unknown`. The ingest job writes the record rows to `log_records` and every finding
-to `decode_errors`, so nothing is dropped. Columns are built in bulk, not row by row.
+through the same `segment_batches`, listed and counted as its `FindingCap` says (a record
+row past the cap keeps its decode status but is not listed: `listed` false; the split
+ends with the `omitted_findings` rows). A segment whose topic is unknown is one finding row
+with topic `unknown`. The ingest job writes the record rows to `log_records` and every listed
+finding to `decode_errors`, so nothing is dropped. Columns are built in bulk, not row by row.
 Each batch comes with the decodings of its record rows (`Staged`), so the silver rows of
 the same records need no second decode.
 """
@@ -25,6 +27,7 @@ import pyarrow.compute as pc
 
 from sharestate.log import (
     DEFAULT_LIMITS,
+    DEFAULT_MAX_FINDINGS,
     Batch,
     ControlRecord,
     LogFinding,
@@ -36,7 +39,7 @@ from sharestate.log import (
 from sharestate.records.catalog import dialect
 from sharestate.records.detect import SAMPLE_RECORDS, Detection, detect
 from sharestate.records.keyvalue import KeyValue, decode_key_values
-from sharestate.records.segment import detect_segment, segment_batches
+from sharestate.records.segment import FindingCap, detect_segment, segment_batches
 from sharestate.tables.columns import int_columns, transpose
 from sharestate.tables.spec import table
 
@@ -53,6 +56,7 @@ _FINDING_FIELDS = [
     pa.field("finding_message", pa.string()),
     pa.field("raw", pa.binary()),
     pa.field("raw_length", pa.int64()),
+    pa.field("listed", pa.bool_()),
 ]
 _NULLABLE_IN_STAGING = ("offset", "dialect", "decode_status")
 
@@ -101,8 +105,9 @@ class _Chunk:
     once: record objects (native records are not GC-tracked), per-record decoded columns,
     one header per batch, and the rare findings on the side."""
 
-    def __init__(self, names: dict[int, str]) -> None:
+    def __init__(self, names: dict[int, str], cap: FindingCap) -> None:
         self.names = names  # record type id -> record name, for the topic and dialect
+        self.cap = cap  # the split's findings: which are listed
         self.records: list[Any] = []
         self.decoded: list[KeyValue | None] = []
         self.batch_index: list[int] = []
@@ -111,6 +116,7 @@ class _Chunk:
         self.versions: list[Any] = []
         self.timestamp_types: list[Any] | None = None
         self.row_findings: dict[int, tuple[str, str, bytes | None]] = {}
+        self.unlisted: dict[int, str] = {}  # record rows past the cap: their finding kind
         self.controls: dict[int, tuple[str, int | None]] = {}
         self.extra: list[dict[str, Any]] = []
 
@@ -128,12 +134,13 @@ class _Chunk:
                   decoded: list[KeyValue]) -> None:
         """Data batches without findings (the common case) at once: `records` are theirs
         end to end, `decoded` their decodings."""
-        for i, batch in enumerate(batches, len(self.headers)):
+        first = len(self.headers)
+        for i, batch in enumerate(batches, first):
             self.batch_index.extend([i] * len(batch.records))
         self.headers.extend(batch.header for batch in batches)
         if self.timestamp_types is not None:
             self.timestamp_types.extend([None] * len(records))
-        self._add_decoded(records, decoded)
+        self._add_decoded(records, decoded, None)
 
     def add_records(self, records: list[Any], decoded: list[Any], header: Any,
                     timestamp_types: list[Any] | None = None) -> None:
@@ -149,7 +156,7 @@ class _Chunk:
         elif self.timestamp_types is not None:
             self.timestamp_types.extend([None] * n)
         if decoded and isinstance(decoded[0], KeyValue):
-            self._add_decoded(records, decoded)
+            self._add_decoded(records, decoded, header)
         else:
             self.records.extend(records)
             self.decoded.extend([None] * n)
@@ -159,10 +166,12 @@ class _Chunk:
                 if isinstance(item, ControlRecord):
                     self.controls[first + j] = (item.type, item.coordinator_epoch)
                 elif isinstance(item, LogFinding):
-                    self.row_findings[first + j] = (item.kind, item.message, item.raw)
+                    self._record_finding(first + j, item.kind, item.message, item.raw,
+                                         header, records[j].offset)
 
-    def _add_decoded(self, records: list[Any], decoded: list[KeyValue]) -> None:
-        """Data records and their decodings (batch index and headers already added)."""
+    def _add_decoded(self, records: list[Any], decoded: list[KeyValue], header: Any) -> None:
+        """Data records and their decodings (batch index and headers already added;
+        `header` their batch's, None when they may be of several: it is then looked up)."""
         first = len(self.records)
         self.records.extend(records)
         self.decoded.extend(decoded)
@@ -174,14 +183,29 @@ class _Chunk:
                 if error is not None:
                     record = records[j]
                     raw = record.value if record.value is not None else record.key
-                    self.row_findings[first + j] = (error.kind, error.message, raw)
+                    at = first + j
+                    self._record_finding(at, error.kind, error.message, raw, header or
+                                         self.headers[self.batch_index[at]], record.offset)
 
-    def add_finding(self, finding: LogFinding, header: Any = None) -> None:
-        """A finding that is not a record: garbage, truncation, a bad batch."""
+    def _record_finding(self, at: int, kind: str, message: str, raw: bytes | None,
+                        header: Any, offset: int) -> None:
+        """Record row `at` did not decode: a listed finding, or one past the cap (`header`
+        None: a consumer's record, which has no position)."""
+        if self.cap.admit(kind, -1 if header is None else header.position, offset):
+            self.row_findings[at] = (kind, message, raw)
+        else:
+            self.unlisted[at] = kind
+
+    def add_finding(self, finding: LogFinding, header: Any = None, *,
+                    counted: bool = True) -> None:
+        """A finding that is not a record: garbage, truncation, a bad batch (unless past the
+        cap; `counted` false: one that is not, a summary of those)."""
+        if counted and not self.cap.admit(finding.kind, finding.position, finding.offset):
+            return
         row: dict[str, Any] = {"offset": finding.offset, "row_kind": "finding",
                                "finding_kind": finding.kind,
                                "finding_message": finding.message, "raw": finding.raw,
-                               "raw_length": finding.raw_length}
+                               "raw_length": finding.raw_length, "listed": True}
         if header is not None:
             row.update({name: header[index] for name, index in _HEADER_COLUMNS})
         row["position"] = finding.position
@@ -207,17 +231,22 @@ class _Chunk:
             "record_type": pa.array(list(names.values()), pa.string()).take(
                 pc.index_in(type_ids, value_set=pa.array(list(names), type_ids.type))),
             "value_version": self.versions, "row_kind": pa.repeat("record", n_rec)}
-        for name, rows in (("finding_kind", self.row_findings), ("control_type", self.controls)):
+        for name, rows in (("finding_kind", self.row_findings or self.unlisted),
+                           ("control_type", self.controls)):
             if not rows:
                 records[name] = pa.nulls(n_rec, STAGING.field(name).type)
-        if self.row_findings:
+        if self.row_findings or self.unlisted:
             kinds: list[Any] = [None] * n_rec
             messages: list[Any] = [None] * n_rec
             raws: list[Any] = [None] * n_rec
+            listed: list[Any] = [None] * n_rec
             for i, (kind, message, raw) in self.row_findings.items():
-                kinds[i], messages[i], raws[i] = kind, message, raw
+                kinds[i], messages[i], raws[i], listed[i] = kind, message, raw, True
+            for i, kind in self.unlisted.items():
+                kinds[i], listed[i] = kind, False
             records.update(finding_kind=kinds, finding_message=messages, raw=raws,
-                           raw_length=[None if r is None else len(r) for r in raws])
+                           raw_length=[None if r is None else len(r) for r in raws],
+                           listed=listed)
         if self.controls:
             controls: list[Any] = [None] * n_rec
             epochs: list[Any] = [None] * n_rec
@@ -265,7 +294,8 @@ def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
                 "partition": -1 if segment.partition is None else segment.partition,
                 "segment": segment.base_offset or 0, "dialect": detection.dialect,
                 "ingest_run": run_id}
-    chunk = _Chunk(names)
+    cap = FindingCap(limits.max_findings, split.source)
+    chunk = _Chunk(names, cap)
     clean: list[Batch] = []  # data batches without findings, added together
     records: list[RawRecord] = []
 
@@ -295,10 +325,12 @@ def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
             if clean:
                 add_clean()
             yield chunk.staged(constant)
-            chunk = _Chunk(names)
+            chunk = _Chunk(names, cap)
             staged = 0
     if clean:
         add_clean()
+    for summary in cap.summary():
+        chunk.add_finding(summary, counted=False)
     if chunk.size:
         yield chunk.staged(constant)
 
@@ -318,13 +350,16 @@ def chunk_of(offset: int) -> int:
 
 
 def consumer_rows(raw: Iterator[pa.RecordBatch], run_id: str, source: str,
-                  dialect_name: str | None = None) -> Iterator[Staged]:
+                  dialect_name: str | None = None, max_findings: int = DEFAULT_MAX_FINDINGS
+                  ) -> Iterator[Staged]:
     """Staging batches for rows read by a consumer (the live source's raw schema).
 
     A consumer sees no batch headers and no control batches, so those columns stay null;
-    each topic-partition's dialect is detected from its first rows (or pinned).
+    each topic-partition's dialect is detected from its first rows (or pinned), and its
+    findings are listed up to `max_findings`, as a segment's are (`FindingCap`).
     """
     detections: dict[tuple[str, int], Detection] = {}
+    caps: dict[tuple[str, int], FindingCap] = {}
     for batch in raw:
         columns = {name: batch.column(name).to_pylist() for name in
                    ("topic", "partition", "offset", "timestamp", "timestamp_type", "key",
@@ -344,7 +379,8 @@ def consumer_rows(raw: Iterator[pa.RecordBatch], run_id: str, source: str,
                 detection = detections[(topic, partition)] = detect(
                     ((r.key, r.value) for r in records[:SAMPLE_RECORDS]), topic=topic,
                     dialect_name=dialect_name)
-            chunk = _Chunk(_record_names(detection.dialect, topic))
+            cap = caps.setdefault((topic, partition), FindingCap(max_findings, source))
+            chunk = _Chunk(_record_names(detection.dialect, topic), cap)
             chunk.add_records(records, decode_key_values(dialect(detection.dialect), topic,
                                                          records), None,
                               [columns["timestamp_type"][j] for j in range(start, i)])
@@ -353,3 +389,14 @@ def consumer_rows(raw: Iterator[pa.RecordBatch], run_id: str, source: str,
                                "dialect": detection.dialect, "ingest_run": run_id},
                               segment=segments)
             start = i
+    for (topic, partition), cap in caps.items():
+        summaries = cap.summary()
+        if not summaries:
+            continue
+        chunk = _Chunk(_record_names(detections[(topic, partition)].dialect, topic), cap)
+        for summary in summaries:
+            chunk.add_finding(summary, counted=False)
+        yield chunk.staged({"source": source, "topic": topic, "partition": partition,
+                            "dialect": detections[(topic, partition)].dialect,
+                            "ingest_run": run_id},
+                           segment=[chunk_of(f.offset or 0) for f in summaries])

@@ -36,7 +36,7 @@ def bronze_tables(staging: Iterable[bronze.Staged], silver: bool = False) -> Ite
         yield "log_records", log_records
         if silver:
             yield from _silver(log_records, decoded)
-        findings = batch.filter(pc.is_valid(batch.column("finding_kind")))
+        findings = batch.filter(pc.fill_null(batch.column("listed"), False))
         if findings.num_rows:
             yield "decode_errors", pa.RecordBatch.from_arrays(
                 [findings.column(_ERROR_COLUMNS.get(name, name)) for name in _DECODE_ERRORS],
@@ -55,11 +55,12 @@ def ingest_splits(splits: Iterator[pa.RecordBatch], run_id: str, silver: bool = 
 
 
 def ingest_consumed(raw: Iterator[pa.RecordBatch], run_id: str, source: str,
-                    silver: bool = False) -> Iterator[Rows]:
+                    silver: bool = False, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Rows]:
     """Rows read from a live cluster into the bronze tables (and with `silver` the silver
     tables)."""
     quiet_gc()
-    yield from bronze_tables(bronze.consumer_rows(raw, run_id, source), silver)
+    yield from bronze_tables(bronze.consumer_rows(raw, run_id, source,
+                                                  max_findings=limits.max_findings), silver)
 
 
 def silver_tables(rows: Iterator[pa.RecordBatch]) -> Iterator[Rows]:

@@ -63,7 +63,8 @@ def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
     for uri in live:
         raw, visibility = _kafka_raw(spark, lake, warehouse, uri, full, kafka_options or {})
         _write_bronze(spark, lake, warehouse, raw,
-                      partial(tasks.ingest_consumed, run_id=run_id, source=uri, silver=silver),
+                      partial(tasks.ingest_consumed, run_id=run_id, source=uri, silver=silver,
+                              limits=limits),
                       {}, {"run": run_id, "note": visibility, "executors": executors}, report,
                       silver, uri)
     if silver:
