@@ -15,6 +15,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from sharestate.app.cli import main
+from sharestate.lake import find_tables
 from sharestate.lake.integrity import DamagedTable, check_table, check_warehouse
 
 ROWS = pa.table({"group_id": [f"g{i % 3}" for i in range(27)], "records": list(range(27))})
@@ -158,3 +159,18 @@ def test_valid_commits_pass(tmp_path: Path) -> None:
         json.dumps({"commitInfo": {"timestamp": 0, "operation": "WRITE"}}) + "\n")
     check_table(table)
     assert DeltaTable(table).to_pyarrow_table().num_rows == 0
+
+
+def test_a_table_before_its_first_commit_is_no_table(tmp_path: Path) -> None:
+    """A writer stopped before its first commit (a full disk) leaves a `_delta_log` holding
+    nothing: no table yet, for the commands as for Delta, so a re-run makes it and readers
+    list the tables that exist; it was called damaged and every later run exited 2."""
+    warehouse = tmp_path / "wh"
+    write_deltalake(warehouse / "made", ROWS)
+    (warehouse / "unmade" / "_delta_log").mkdir(parents=True)
+    (warehouse / "unmade" / "part-0.parquet").write_bytes(b"PAR1")
+    assert list(find_tables(warehouse)) == ["made"]
+    check_warehouse(warehouse)
+    write_deltalake(warehouse / "unmade", ROWS)
+    assert list(find_tables(warehouse)) == ["made", "unmade"]
+    check_warehouse(warehouse)

@@ -20,19 +20,32 @@ def find_tables(warehouse: str | Path) -> dict[str, Path]:
 
     `warehouse/log_records` is `log_records`, `warehouse/gold/redelivery` is
     `gold_redelivery`; characters other than letters, digits and '_' become '_'. Folders
-    inside a table are not searched.
+    inside a table are not searched. A folder whose `_delta_log` holds no commit and no
+    checkpoint is no table yet (a Delta table exists from its version 0: a writer stopped
+    before its first commit, by a full disk say, leaves such a folder) and is left out.
     """
     root = Path(warehouse)
     tables: dict[str, Path] = {}
     for folder, children, _files in os.walk(root):
         here = Path(folder)
         if (here / "_delta_log").is_dir():
+            children.clear()
+            if not _made(here / "_delta_log"):
+                continue
             name = re.sub(r"\W", "_", "_".join(here.relative_to(root).parts) or here.name)
             tables[name] = here
-            children.clear()
         else:
             children[:] = sorted(c for c in children if not c.startswith((".", "_")))
     return dict(sorted(tables.items()))
+
+
+def _made(log: Path) -> bool:
+    """Whether a `_delta_log` holds a commit or a checkpoint."""
+    try:
+        return any((name.endswith(".json") and name[:20].isdigit()) or ".checkpoint." in name
+                   for name in os.listdir(log))
+    except OSError:
+        return True  # check_table names what is wrong with it
 
 
 def version_at(lake: Lake, path: str | Path, time_ms: int) -> int | None:
