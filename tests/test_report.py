@@ -129,13 +129,14 @@ def test_page_renders_in_chromium(page: Path, tmp_path: Path) -> None:
                     badges: [...document.querySelectorAll('.badge')].map(
                         b => b.className + ':' + b.textContent),
                     height: document.body.scrollHeight}""")
-        # the lag chart as drawn: each group's last point over time, and its bar now
+        # the lag chart as drawn (plotly's full data: a bar's values arrive base64-encoded,
+        # decoded there into a typed array): each group's last point over time, its bar now
         drawn_lag = browser.execute_script("""
             const chart = document.querySelectorAll('.plotly-graph-div')[0];
             const last = {}, now = {};
-            chart.data.filter(t => t.type === 'scatter' && t.fill !== 'tozeroy')
+            chart._fullData.filter(t => t.type === 'scatter' && t.fill !== 'tozeroy')
                 .forEach(t => { const y = Array.from(t.y); last[t.name] = y[y.length - 1]; });
-            const bars = chart.data.find(t => t.type === 'bar');
+            const bars = chart._fullData.find(t => t.type === 'bar');
             Array.from(bars.x).forEach((g, i) => { now[g] = Array.from(bars.y)[i]; });
             return {last: last, now: now};""")
         errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
