@@ -14,6 +14,7 @@ its mounts are its own).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -52,14 +53,15 @@ Step = Sequence[str] | Mapping[str, Sequence[str]]
 
 
 def call_in_one_process(module: str, argvs: Sequence[Step], *,
-                        launcher: Sequence[str] = ()) -> Calls:
+                        launcher: Sequence[str] = (), env: Mapping[str, str] | None = None
+                        ) -> Calls:
     """Call `module.main(argv)` for each of `argvs`, in order, whatever each returns; the
-    process is started as `*launcher, python, ...`."""
+    process is started as `*launcher, python, ...`, with `env` added to the environment."""
     steps = [{"command": list(a["command"])} if isinstance(a, Mapping) else list(a)
              for a in argvs]
     done = subprocess.run(
         [*launcher, sys.executable, "-c", CALLS, module, json.dumps(steps), EXIT],
-        capture_output=True, text=True, timeout=900)
+        capture_output=True, text=True, timeout=900, env={**os.environ, **(env or {})})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     statuses = [int(line.removeprefix(EXIT)) for line in done.stdout.splitlines()
                 if line.startswith(EXIT)]

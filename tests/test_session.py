@@ -18,6 +18,7 @@ from sharestate.spark.session import (
     JIT_SETTING,
     QUICK_JIT,
     REPO_ROOT,
+    SESSION_ZONE,
     SettingError,
     check_worker_python,
     conf_file_path,
@@ -116,6 +117,9 @@ def test_driver_jit_is_quick_only_where_the_jvm_orchestrates(
     assert driver_java_options({**local, JAVA_OPTIONS: "-Xss4m"}, True) == f"-Xss4m {QUICK_JIT}"
     for own in ("-XX:TieredStopAtLevel=4", "-XX:-TieredCompilation"):  # the user's choice wins
         assert driver_java_options({**local, JAVA_OPTIONS: own}, quick_jit=True) is None
+    zoned = {**local, SESSION_ZONE: "Asia/Kolkata"}  # Delta's TIMESTAMP AS OF reads the JVM's
+    assert driver_java_options(zoned, quick_jit=False) == "-Duser.timezone=Asia/Kolkata"
+    assert driver_java_options({**zoned, JAVA_OPTIONS: "-Duser.timezone=UTC"}, False) is None
 
 
 def test_a_local_masters_workers_need_their_python_here(monkeypatch: pytest.MonkeyPatch,

@@ -5,6 +5,7 @@ their header. Real local Spark over a real warehouse."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -248,14 +249,19 @@ def _outside_statements(outside: Path, warehouse: Path) -> dict[str, str]:
 
 WRITE_DELETE = "DELETE FROM redelivery WHERE records > 1"
 HISTORY = "DESCRIBE HISTORY redelivery"
+TIMES = ("SELECT timestamp_millis(86400000) AS t, named_struct('at', timestamp_millis(0)) AS s, "
+         "array(timestamp_millis(0)) AS a, map('k', timestamp_millis(1)) AS m")
+MACHINE_ZONE = "America/New_York"
+"""The delta_calls process's zone (TZ): not the session's (UTC)."""
 
 
 @pytest.fixture(scope="module")
 def delta_calls(spark: Any, warehouse: Path, tmp_path_factory: pytest.TempPathFactory
                 ) -> DeltaCalls:
     """Delta's errors and the --write door, each statement once, in order, in one process
-    (a JVM with Delta's jars); the last four change the table and read what changed: a
-    DELETE without --write, one with it, DESCRIBE HISTORY and the version before it."""
+    (a JVM with Delta's jars, on a machine in MACHINE_ZONE); then four change the table and
+    read what changed: a DELETE without --write, one with it, DESCRIBE HISTORY and the
+    version before it; the last two print times on each backend."""
     import shutil
 
     import pyarrow as pa
@@ -274,6 +280,7 @@ def delta_calls(spark: Any, warehouse: Path, tmp_path_factory: pytest.TempPathFa
     files = sorted(p.name for p in (copy / "redelivery").rglob("*.parquet"))
     before = _redelivery(spark, copy)
     previous = max(c.version for c in open_lake(spark).history(str(copy / "redelivery")))
+    committed = _commit_time(copy / "redelivery", previous)
     sql = ["sql", "--warehouse", str(copy), "--backend", "jvm", "--format", "jsonl"]
     argvs = {statement: [*sql, statement] for statement in DELTA_ERRORS}
     argvs |= {statement: [*sql, "--write", statement] for statement in
@@ -282,8 +289,15 @@ def delta_calls(spark: Any, warehouse: Path, tmp_path_factory: pytest.TempPathFa
               WRITE_DELETE: [*sql, "--write", WRITE_DELETE],
               HISTORY: [*sql, "--output", str(outside / "history.jsonl"), HISTORY],
               "VERSION AS OF previous": [*sql, "--output", str(outside / "old.jsonl"),
-                                         f"SELECT * FROM redelivery VERSION AS OF {previous}"]}
-    calls = call_in_one_process("sharestate.app.cli", list(argvs.values()))
+                                         f"SELECT * FROM redelivery VERSION AS OF {previous}"],
+              "TIMESTAMP AS OF previous": [
+                  *sql, "--output", str(outside / "at.jsonl"),
+                  f"SELECT * FROM redelivery TIMESTAMP AS OF '{committed:%Y-%m-%d %H:%M:%S.%f}'"],
+              "times jvm": [*sql, "--output", str(outside / "times.jsonl"), TIMES],
+              "times rs": ["sql", "--warehouse", str(copy), "--backend", "rs", "--output",
+                           str(outside / "times.txt"), TIMES]}
+    calls = call_in_one_process("sharestate.app.cli", list(argvs.values()),
+                                env={"TZ": MACHINE_ZONE})
     assert "Traceback" not in calls.stderr, calls.stderr[-3000:]
     # each call's `sharestate` lines: the calls' stderr in order, split at the refusals
     lines = iter(line for line in calls.stderr.splitlines() if line.startswith("sharestate"))
@@ -322,7 +336,7 @@ def test_write_changes_only_the_warehouse_tables(delta_calls: DeltaCalls) -> Non
         assert "[SHARESTATE_READ_ONLY] refused: --write runs" in lines[0] \
             and f"and {what} is not one" in lines[0], lines
     assert sorted(p.name for p in delta_calls.outside.iterdir()) == [
-        "history.jsonl", "old.jsonl", "parquet"]
+        "at.jsonl", "history.jsonl", "old.jsonl", "parquet", "times.jsonl", "times.txt"]
     assert not (delta_calls.outside / "parquet" / "_delta_log").exists()
 
 
@@ -349,6 +363,36 @@ def test_write_changes_delta_tables_under_the_lease(spark: Any,
     old = delta_calls.outside / "old.jsonl"
     assert sorted(json.dumps(json.loads(line), sort_keys=True)
                   for line in old.read_text("utf-8").splitlines()) == before
+
+
+def test_times_are_printed_in_the_sessions_zone(delta_calls: DeltaCalls) -> None:
+    """Times, nested ones too, print in the session's zone (UTC), in which Spark reads time
+    literals, on both backends, whatever the machine's zone: they printed in the machine's
+    (1970-01-01 19:00:00 in New York for 1970-01-02 00:00 UTC), so a time copied into
+    TIMESTAMP AS OF meant another moment. DESCRIBE HISTORY's is its commit's time, and
+    TIMESTAMP AS OF that time reads that version."""
+    assert [delta_calls.results[call][0] for call in ("times jvm", "times rs")] == [0, 0]
+    outside = delta_calls.outside
+    assert json.loads((outside / "times.jsonl").read_text("utf-8")) == {
+        "t": "1970-01-02 00:00:00", "s": {"at": "1970-01-01 00:00:00"},
+        "a": ["1970-01-01 00:00:00"], "m": {"k": "1970-01-01 00:00:00.001"}}
+    table = (outside / "times.txt").read_text("utf-8").splitlines()
+    assert table[1].startswith("1970-01-02 00:00:00  {\"at\": \"1970-01-01 00:00:00\"}"), table
+    assert table[-1] == "(1 row, times in UTC)"
+    (latest, *_) = (json.loads(line) for line in (outside / "history.jsonl").read_text(
+        "utf-8").splitlines())
+    assert datetime.datetime.fromisoformat(latest["timestamp"]) == _commit_time(
+        delta_calls.warehouse / "redelivery", latest["version"])
+    # and Delta reads such a time as that moment (it read it in the JVM's zone, the machine's)
+    assert delta_calls.results["TIMESTAMP AS OF previous"] == (0, [])
+    assert sorted(json.dumps(json.loads(line), sort_keys=True) for line in (
+        outside / "at.jsonl").read_text("utf-8").splitlines()) == delta_calls.before
+
+
+def _commit_time(table: Path, version: int) -> datetime.datetime:
+    """A commit's time as Delta tells it (its file's, to the millisecond), UTC."""
+    written = (table / "_delta_log" / f"{version:020d}.json").stat().st_mtime_ns // 1_000_000
+    return datetime.datetime(1970, 1, 1) + datetime.timedelta(milliseconds=written)
 
 
 def test_describe_history_on_rs_says_how_to_get_it(warehouse: Path,

@@ -484,7 +484,8 @@ def cmd_sql(args: argparse.Namespace) -> int:
     naming Spark's error class (the Java stack with --verbose). --write (jvm backend) also runs
     DELETE, UPDATE, MERGE, OPTIMIZE, VACUUM (under Delta's retention check) and RESTORE of
     the warehouse's tables by name, and no other statement that writes; call-outs stay
-    refused.
+    refused. Times print in the session's time zone (spark.sql.session.timeZone, UTC unless
+    --conf says otherwise), the one Spark reads time literals in.
     """
     import tempfile
 
@@ -524,15 +525,17 @@ def cmd_sql(args: argparse.Namespace) -> int:
                 print(f"not there yet at {AsOf(time=args.as_of_time).describe()}: "
                       f"{', '.join(absent)}",
                       file=sys.stderr)
-        columns, rows = _run_statement(spark, args, delta_sql=open_lake(spark).backend == "jvm")
+        columns, rows, zone = _run_statement(spark, args,
+                                             delta_sql=open_lake(spark).backend == "jvm")
     with _output(args.output) as out:
-        write_rows(out, rows, columns, args.format)
+        write_rows(out, rows, columns, args.format, zone=zone)
     return EXIT_OK
 
 
 def _run_statement(spark: Any, args: argparse.Namespace, *, delta_sql: bool
-                   ) -> tuple[list[str], list[dict[str, Any]]]:
-    """Check and run the statement: its columns and rows, else QueryError."""
+                   ) -> tuple[list[str], list[dict[str, Any]], str | None]:
+    """Check and run the statement: its columns, its rows and, where they hold times, the
+    time zone they are in (the session's); else QueryError."""
     from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
     from pyspark.errors import PySparkException
     from pyspark.logger import PySparkLogger
@@ -540,6 +543,7 @@ def _run_statement(spark: Any, args: argparse.Namespace, *, delta_sql: bool
 
     from sharestate.lake.errors import spark_error_line
     from sharestate.lake.read_only import RefusedStatement, check_statement
+    from sharestate.spark.session import SESSION_ZONE
 
     # pyspark logs every failed query's Java stack; the one line below says what failed
     PySparkLogger.getLogger("SQLQueryContextLogger").disabled = not args.verbose
@@ -549,14 +553,53 @@ def _run_statement(spark: Any, args: argparse.Namespace, *, delta_sql: bool
             plan = check_statement(spark, args.query, write=args.write, delta_sql=delta_sql)
             dataset = spark._jvm.org.apache.spark.sql.classic.Dataset.ofRows(
                 spark._jsparkSession, plan)
-            frame = DataFrame(dataset, spark)
-            return frame.columns, [row.asDict(recursive=True) for row in frame.collect()]
+            frame, timed = _times_as_text(DataFrame(dataset, spark))
+            zone = spark.conf.get(SESSION_ZONE) if timed else None
+            return frame.columns, [row.asDict(recursive=True) for row in frame.collect()], zone
     except RefusedStatement as exc:
         raise QueryError(str(exc)) from None
     except (PySparkException, Py4JJavaError) as exc:
         if args.verbose:
             print(str(exc), file=sys.stderr)
         raise QueryError(f"query failed: {spark_error_line(exc)}") from None
+
+
+def _times_as_text(frame: Any) -> tuple[Any, bool]:
+    """`frame` with its TIMESTAMP values, nested ones too, as Spark writes them in the
+    session's time zone (`spark.sql.session.timeZone`), the zone it reads time literals in
+    (PySpark gives them in this machine's zone: a time copied from the output into TIMESTAMP
+    AS OF or a WHERE clause meant another moment); and whether it held any."""
+    from pyspark.sql import functions
+    from pyspark.sql.types import (
+        ArrayType,
+        DataType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    def text(kind: DataType) -> DataType:
+        if isinstance(kind, TimestampType):
+            return StringType()
+        if isinstance(kind, ArrayType):
+            return ArrayType(text(kind.elementType), kind.containsNull)
+        if isinstance(kind, MapType):
+            return MapType(text(kind.keyType), text(kind.valueType), kind.valueContainsNull)
+        if isinstance(kind, StructType):
+            return StructType([StructField(f.name, text(f.dataType), f.nullable)
+                               for f in kind.fields])
+        return kind
+
+    kinds = [field.dataType for field in frame.schema.fields]
+    if all(text(kind) == kind for kind in kinds):
+        return frame, False
+    names = frame.columns
+    numbered = frame.toDF(*(f"_{i}" for i in range(len(names))))  # names may repeat
+    return numbered.select(*(functions.col(f"_{i}").cast(text(kind)).alias(name)
+                             for i, (name, kind) in enumerate(zip(names, kinds, strict=True)))
+                           ), True
 
 
 @contextmanager
@@ -576,8 +619,9 @@ def _write_lease(args: argparse.Namespace) -> Iterator[None]:
 
 
 def write_rows(out: SupportsWrite[str], rows: list[dict[str, Any]], columns: list[str],
-               fmt: str) -> None:
-    """Rows as an aligned text table, JSON lines or CSV."""
+               fmt: str, *, zone: str | None = None) -> None:
+    """Rows as an aligned text table, JSON lines or CSV; the table's last line names the
+    time `zone` its times are in, where given."""
     if fmt == "jsonl":
         for row in rows:
             out.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
@@ -594,7 +638,8 @@ def write_rows(out: SupportsWrite[str], rows: list[dict[str, Any]], columns: lis
     for row_cells in cells:
         out.write("  ".join(v.ljust(w) for v, w in zip(row_cells, widths, strict=True))
                   .rstrip() + "\n")
-    out.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n")
+    times = f", times in {zone}" if zone else ""
+    out.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''}{times})\n")
 
 
 def _cell(value: Any) -> str:

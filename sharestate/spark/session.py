@@ -4,7 +4,8 @@
 
 1. built-in defaults (`DEFAULTS`, plus `LOCAL_DEFAULTS` when the master is `local[...]`):
    `local[2]`, 4 shuffle partitions, 2g driver memory, Arrow for PySpark, session time zone
-   UTC, log level WARN, driver bound to 127.0.0.1, Delta's log replay in 4 partitions,
+   UTC (a JVM it starts runs in the session's zone: `driver_java_options`), log level WARN,
+   driver bound to 127.0.0.1, Delta's log replay in 4 partitions,
    Python workers running this interpreter (which has sharestate installed; on a local
    master the one they are given must be a program here: `check_worker_python`);
 2. the conf file: `conf/spark-defaults.conf` at the repository root, or the file named by
@@ -72,13 +73,15 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONF_FILE = REPO_ROOT / "conf" / "spark-defaults.conf"
 CONF_FILE_ENV = "SHARESTATE_SPARK_CONF"
 
+SESSION_ZONE = "spark.sql.session.timeZone"
+"""The zone Spark reads and writes times in; a JVM sharestate starts runs in it too."""
 DEFAULTS: Mapping[str, str] = {
     "spark.master": "local[2]",
     "spark.app.name": "sharestate",
     "spark.sql.shuffle.partitions": "4",
     "spark.driver.memory": "2g",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.sql.session.timeZone": "UTC",
+    SESSION_ZONE: "UTC",
     "spark.log.level": "WARN",
 }
 LOCAL_DEFAULTS: Mapping[str, str] = {
@@ -273,11 +276,17 @@ def driver_jit(settings: Mapping[str, str], quick_jit: bool) -> JitMode:
 
 def driver_java_options(settings: Mapping[str, str], quick_jit: bool) -> str | None:
     """`spark.driver.extraJavaOptions` for a JVM this process starts: the class archive
-    mapped and the JIT chosen (None: nothing to add). Options the user set win."""
+    mapped, the JIT chosen and the session's time zone as the JVM's own (None: nothing to
+    add). Options the user set win.
+
+    Delta resolves `TIMESTAMP AS OF` through the JVM's zone: where it is not the session's
+    (the machine's TZ), a time literal, read in the session's, named another moment."""
     current = settings.get(class_archive.JAVA_OPTIONS, "")
     options = class_archive.java_options(settings) or current
     if driver_jit(settings, quick_jit) == "quick" and "Tiered" not in current:
         options = f"{options} {QUICK_JIT}".strip()
+    if (zone := settings.get(SESSION_ZONE)) and "-Duser.timezone=" not in current:
+        options = f"{options} -Duser.timezone={zone}".strip()
     return options if options != current else None
 
 
