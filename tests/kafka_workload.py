@@ -159,6 +159,7 @@ def produce(workload: Workload) -> None:
                 producer.produce(topic, key=f"k{index}", value=f"{topic}-{partition}-{index}",
                                  partition=partition)
     producer.flush(30)
+    producer.close()
     for topic, partitions in TOPICS.items():
         for partition in range(partitions):
             workload.end_offsets[(topic, partition)] = RECORDS_PER_PARTITION[topic]

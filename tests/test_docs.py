@@ -454,6 +454,7 @@ def _consume_once(workload: Any, accept: Any, consume: Any, share_consumer: Any,
     for index in range(20):
         producer.produce("docs", value=f"record {index}")
     assert producer.flush(30) == 0
+    producer.close()  # its broker stops with this test: a client left would log for ever
     consumer = share_consumer(workload, "docs-group", ["docs"])
     try:
         assert consume(workload, consumer, "docs-group", accept) == 20

@@ -66,6 +66,7 @@ def broker() -> Iterator[Broker]:
     producer.produce("headers", key=b"k", value=None, partition=0,
                      headers=[("h1", b"x"), ("h2", None)])
     assert producer.flush(30) == 0
+    producer.close()  # before the mock cluster goes: it would log connection failures
     yield Broker(bootstrap, records, cluster)
 
 

@@ -36,6 +36,7 @@ def bootstrap() -> Iterator[str]:
                                  partition=0, timestamp=record.timestamp)
     producer.produce("__consumer_offsets", key=b"\x00\x63", value=None, partition=0)
     assert producer.flush(30) == 0
+    producer.close()  # before the mock cluster goes: it would log connection failures
     yield address
     del cluster
 

@@ -41,6 +41,7 @@ def commit_offset(broker: KafkaBroker, group: str, offset: int) -> None:
     for index in range(offset):
         producer.produce("orders", b"%d" % index)
     assert producer.flush(30) == 0
+    producer.close()  # the broker stops with the test: a client left would log for ever
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
                          "enable.auto.commit": "false"})
     try:

@@ -167,6 +167,16 @@ def test_a_failed_query_is_one_line_with_the_error_class(
     assert "at org.apache.spark" in capfd.readouterr().err
 
 
+def test_a_query_leaves_the_sessions_logging_as_it_was(spark: Any, warehouse: Path) -> None:
+    """sql turns the JVM's logging off while it runs, and back on after: in one process (the
+    API's, a notebook's) the session went on silent, and a later warning was never seen."""
+    root = spark._jvm.org.apache.logging.log4j.LogManager.getRootLogger()
+    before = str(root.getLevel().toString())
+    assert before != "OFF"
+    assert _sql(warehouse, "SELECT no_such_column FROM redelivery") == REFUSED
+    assert str(root.getLevel().toString()) == before
+
+
 def test_an_empty_result_keeps_its_header(warehouse: Path,
                                           capfd: pytest.CaptureFixture[str]) -> None:
     assert _sql(warehouse, "SELECT group_id, records FROM redelivery WHERE false") == 0

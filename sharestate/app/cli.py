@@ -16,7 +16,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from typing import IO, TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from sharestate import arguments, exit_codes
@@ -492,6 +492,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
     from sharestate.lake import find_tables, open_lake, register_views
     from sharestate.lake.integrity import DamagedTable, check_warehouse
     from sharestate.lake.read_only import session_settings
+    from sharestate.spark.console import jvm_logging_off
     from sharestate.spark.session import SettingError, build_session
 
     if not find_tables(args.warehouse):
@@ -512,21 +513,21 @@ def cmd_sql(args: argparse.Namespace) -> int:
             spark = build_session("sharestate-sql", ui=False, conf=conf)
         except SettingError as exc:
             raise UsageError(str(exc)) from None
-        if not args.verbose:  # a failed task logs its Java stack; the error line says enough
-            spark.sparkContext.setLogLevel("OFF")
-        if args.write and open_lake(spark).backend != "jvm":
-            raise UsageError("--write needs the jvm backend (Delta's SQL): Delta's jars on "
-                             "the classpath and --backend jvm")
-        registered = register_views(spark, args.warehouse, catalog=True,
-                                    as_of_time=args.as_of_time)
-        if args.as_of_time is not None:
-            absent = sorted(set(find_tables(args.warehouse)) - set(registered))
-            if absent:
-                print(f"not there yet at {AsOf(time=args.as_of_time).describe()}: "
-                      f"{', '.join(absent)}",
-                      file=sys.stderr)
-        columns, rows, zone = _run_statement(spark, args,
-                                             delta_sql=open_lake(spark).backend == "jvm")
+        # a failed task logs its Java stack; the error line says enough
+        with nullcontext() if args.verbose else jvm_logging_off(spark):
+            if args.write and open_lake(spark).backend != "jvm":
+                raise UsageError("--write needs the jvm backend (Delta's SQL): Delta's jars on "
+                                 "the classpath and --backend jvm")
+            registered = register_views(spark, args.warehouse, catalog=True,
+                                        as_of_time=args.as_of_time)
+            if args.as_of_time is not None:
+                absent = sorted(set(find_tables(args.warehouse)) - set(registered))
+                if absent:
+                    print(f"not there yet at {AsOf(time=args.as_of_time).describe()}: "
+                          f"{', '.join(absent)}",
+                          file=sys.stderr)
+            columns, rows, zone = _run_statement(spark, args,
+                                                 delta_sql=open_lake(spark).backend == "jvm")
     with _output(args.output) as out:
         write_rows(out, rows, columns, args.format, zone=zone)
     return EXIT_OK

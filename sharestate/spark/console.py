@@ -24,9 +24,13 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 from sharestate.arguments import VERBOSE_CONF
 
@@ -50,6 +54,19 @@ def phase(text: str) -> None:
 def verbose(settings: Mapping[str, str]) -> bool:
     """Whether `spark.sharestate.verbose` asks for Spark's own console output."""
     return settings.get(VERBOSE_CONF, "false").strip().lower() == "true"
+
+
+@contextmanager
+def jvm_logging_off(spark: SparkSession) -> Iterator[None]:
+    """The JVM's logging off for a block, and back at its level before after it: a session
+    the process goes on using (the API's, a notebook's, the tests') keeps its logging."""
+    root = spark._jvm.org.apache.logging.log4j.LogManager.getRootLogger()  # type: ignore[union-attr]
+    level = str(root.getLevel().toString())
+    spark.sparkContext.setLogLevel("OFF")
+    try:
+        yield
+    finally:
+        spark.sparkContext.setLogLevel(level)
 
 
 def quiet_settings(settings: Mapping[str, str]) -> dict[str, str]:
