@@ -47,7 +47,7 @@ NATIVE = Extension(
     "sharestate._native",
     sources=["csrc/module.c", "csrc/structs.c", "csrc/records.c", "csrc/batches.c",
              "csrc/resync.c", "csrc/keyvalue.c", "csrc/combine.c", "csrc/replay.c",
-             "csrc/audit.c", "csrc/columns.c", "csrc/record_type.c"],
+             "csrc/audit.c", "csrc/columns.c", "csrc/record_type.c", "csrc/consumed.c"],
     depends=["csrc/native.h"],
     define_macros=[("SHARESTATE_SOURCES", f'"{sources_digest()}"')],
     extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"],

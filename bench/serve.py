@@ -5,7 +5,7 @@ The broker is, by default, a real Apache Kafka broker (`--broker kafka`: single-
 loopback, started from the jars `make jars` caches, as the tests start it), or librdkafka's
 mock cluster (`--broker mock`: an in-memory broker held by this process; it keeps only about
 5 MB of each partition and holds every fetch for `fetch.wait.max.ms`). The service is a
-`sharestate serve` process of its own, so its replays have one core while the broker and the
+`sharestate serve` process of its own, so its writer has one core while the broker and the
 load run on the other.
 
 - catch-up: a simulated log (`bench/.cache/`, as `bench/replay.py` makes it, 4 state
@@ -13,9 +13,11 @@ load run on the other.
   writes from a producer whose client.id is `__admin_client`; the topics are created
   beforehand, never deleting or compacting), the service started, and timed from
   "listening" to `/readyz` 200; records/s is the internal-topic records applied over that
-  time (all the cluster holds); meanwhile `/readyz` and `/v1/share-partitions` are asked
-  in a loop, each answer timed. Each log length runs in a fresh cluster and service; the
-  service's resident memory is read from /proc once it is ready (and its peak).
+  time (all the cluster holds), and over the CPU time the service's process used in it
+  (what a loaded machine leaves it shows in the first, not in the second); meanwhile
+  `/readyz` and `/v1/share-partitions` are asked in a loop, each answer timed. Each log
+  length runs in a fresh cluster and service; the service's resident memory is read from
+  /proc once it is ready (and its peak).
 - write-to-visible: after catch-up, share-state records are produced at `--rate` records/s
   (the simulated log's records again, spread over its partitions); among them, every
   50 ms, a ShareSnapshot of a probe share-partition whose start offset counts up. Polling
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -164,6 +167,7 @@ class Service:
             found = re.search(r"listening on http://([\d.]+):(\d+)", line)
             if found:
                 self.listening = time.perf_counter()
+                self.cpu_at_listening = self.cpu_seconds()
                 self.url = f"http://{found[1]}:{found[2]}"
                 break
         else:
@@ -206,6 +210,12 @@ class Service:
             ready.set()
             reader.join()
 
+    def cpu_seconds(self) -> float:
+        """CPU time the service process used so far (all its threads: the writer, the HTTP
+        side, librdkafka's)."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def applied(self) -> int:
         text = self.get("/metrics")[1].decode()
         return sum(int(float(value)) for value in re.findall(
@@ -239,6 +249,7 @@ def catch_up(records: int, options: list[str], open_cluster: Callable[[], Cluste
     service = Service(cluster.bootstrap, options)
     try:
         seconds, took = service.wait_ready()
+        cpu = service.cpu_seconds() - service.cpu_at_listening
         applied = service.applied()
         # a real broker's coordinators may append a few records of their own meanwhile
         assert applied >= total, (applied, total)
@@ -248,18 +259,26 @@ def catch_up(records: int, options: list[str], open_cluster: Callable[[], Cluste
         cluster.close()
         raise
     figures = {"simulated": records, "records": applied, "seconds": round(seconds, 2),
-               "records_per_s": round(applied / seconds), "rss_mb": round(rss, 1),
+               "records_per_s": round(applied / seconds), "cpu_s": round(cpu, 2),
+               "records_per_cpu_s": round(applied / cpu), "rss_mb": round(rss, 1),
                "peak_rss_mb": round(peak, 1)}
     for path, name in (("/readyz", "readyz"), ("/v1/share-partitions", "share_partitions")):
         figures[f"{name}_p50_ms"] = round(statistics.median(took[path]) * 1000, 1)
+        figures[f"{name}_p99_ms"] = round(_p99(took[path]) * 1000, 1)
         figures[f"{name}_max_ms"] = round(max(took[path]) * 1000, 1)
     print(f"catch-up {applied:>9,} records ({records:,} simulated): {seconds:6.2f} s, "
-          f"{applied / seconds:9,.0f} records/s, RSS {rss:6.1f} MB (peak {peak:6.1f} MB); "
-          f"answers meanwhile: /readyz p50 {figures['readyz_p50_ms']:g} ms, max "
+          f"{applied / seconds:9,.0f} records/s ({applied / cpu:9,.0f} per CPU second of the "
+          f"service), RSS {rss:6.1f} MB (peak {peak:6.1f} MB); answers meanwhile: /readyz "
+          f"p50 {figures['readyz_p50_ms']:g} ms, p99 {figures['readyz_p99_ms']:g} ms, max "
           f"{figures['readyz_max_ms']:g} ms, /v1/share-partitions p50 "
           f"{figures['share_partitions_p50_ms']:g} ms, max "
           f"{figures['share_partitions_max_ms']:g} ms", flush=True)
     return figures, service, cluster, rows
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
 def held(cluster: Cluster, rows: Rows) -> int:
@@ -347,7 +366,7 @@ def live_latency(service: Service, cluster: Cluster, rows: Rows, rate: int,
     latencies = sorted(seen[p] - sent[p] for p in sent if p in seen)
     missing = len(sent) - len(latencies)
     p50 = statistics.median(latencies)
-    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+    p99 = _p99(latencies)
     rss, peak = service.memory_mb()
     print(f"live traffic {sent_rate[0]:,.0f} records/s for {seconds:g} s: {len(latencies)} "
           f"probes, write-to-visible p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, max "

@@ -102,6 +102,10 @@ static PyMethodDef methods[] = {
      "int_columns($module, rows, paths, widths, /)\n--\n\n"
      "(data, validity bitmap or None) per path; twin: "
      "sharestate.tables.columns.int_columns_py."},
+    {"consumed_runs", (PyCFunction)(void (*)(void))native_consumed_runs, METH_FASTCALL,
+     "consumed_runs($module, messages, header, timestamp_types, /)\n--\n\n"
+     "Consumed messages as runs of one partition (records with their headers) or error "
+     "messages alone; twin: sharestate.cluster.consumed.consumed_runs_py."},
     {NULL, NULL, 0, NULL},
 };
 

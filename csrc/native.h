@@ -78,6 +78,25 @@ enum { KEY_VALUE_FIELDS(NATIVE_INDEX) KV_SIZE };
     X(RECORD_KEY, key) X(RECORD_VALUE, value) X(RECORD_HEADERS, headers)
 enum { RAW_RECORD_FIELDS(NATIVE_INDEX) RECORD_SIZE };
 
+/* sharestate.log.batch.BatchHeader: a batch's header */
+#define BATCH_HEADER_FIELDS(X) \
+    X(HEADER_POSITION, position) X(HEADER_BASE_OFFSET, base_offset) \
+    X(HEADER_LAST_OFFSET, last_offset) X(HEADER_SIZE_IN_BYTES, size_in_bytes) \
+    X(HEADER_PARTITION_LEADER_EPOCH, partition_leader_epoch) X(HEADER_MAGIC, magic) \
+    X(HEADER_CRC, crc) X(HEADER_CRC_VALID, crc_valid) X(HEADER_COMPRESSION, compression) \
+    X(HEADER_TIMESTAMP_TYPE, timestamp_type) X(HEADER_BASE_TIMESTAMP, base_timestamp) \
+    X(HEADER_MAX_TIMESTAMP, max_timestamp) X(HEADER_PRODUCER_ID, producer_id) \
+    X(HEADER_PRODUCER_EPOCH, producer_epoch) X(HEADER_BASE_SEQUENCE, base_sequence) \
+    X(HEADER_IS_TRANSACTIONAL, is_transactional) X(HEADER_IS_CONTROL, is_control) \
+    X(HEADER_RECORD_COUNT, record_count) X(HEADER_HAS_DELETE_HORIZON, has_delete_horizon)
+enum { BATCH_HEADER_FIELDS(NATIVE_INDEX) HEADER_SIZE };
+
+/* sharestate.cluster.consumed.ConsumedRun: consumed messages of one partition */
+#define CONSUMED_RUN_FIELDS(X) \
+    X(RUN_TOPIC, topic) X(RUN_PARTITION, partition) X(RUN_RECORDS, records) \
+    X(RUN_HEADERS, headers) X(RUN_ERROR, error) X(RUN_OFFSET, offset)
+enum { CONSUMED_RUN_FIELDS(NATIVE_INDEX) RUN_SIZE };
+
 /* sharestate.coordinator.share_state.ShareKey, StateBatch and SharePartitionState */
 #define SHARE_KEY_FIELDS(X) \
     X(SHARE_KEY_GROUP_ID, group_id) X(SHARE_KEY_TOPIC_ID, topic_id) \
@@ -107,7 +126,8 @@ enum { SEEN_FIELDS(NATIVE_INDEX) SEEN_SIZE };
     L(NativeContext, CONTEXT_FIELDS) L(ValueSlots, VALUE_SLOT_FIELDS) \
     L(StructProgram, STRUCT_PROGRAM_FIELDS) L(SlotProgram, SLOT_PROGRAM_FIELDS) \
     L(KindPrograms, KIND_PROGRAMS_FIELDS) L(KeyValue, KEY_VALUE_FIELDS) \
-    L(RawRecord, RAW_RECORD_FIELDS) L(ShareKey, SHARE_KEY_FIELDS) \
+    L(RawRecord, RAW_RECORD_FIELDS) L(BatchHeader, BATCH_HEADER_FIELDS) \
+    L(ConsumedRun, CONSUMED_RUN_FIELDS) L(ShareKey, SHARE_KEY_FIELDS) \
     L(StateBatch, STATE_BATCH_FIELDS) L(SharePartitionState, PARTITION_STATE_FIELDS) \
     L(_Seen, SEEN_FIELDS)
 
@@ -179,5 +199,6 @@ int native_record_set_timestamp(PyObject *obj, long long timestamp);
 /* Item i of a record, native or tuple (new reference). */
 PyObject *native_record_field(PyObject *obj, Py_ssize_t i);
 PyObject *native_arrow_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *native_consumed_runs(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

@@ -13,9 +13,10 @@ from typing import Any, final
 from typing_extensions import Buffer, CapsuleType
 
 from sharestate.analytics.audit import _Seen
+from sharestate.cluster.consumed import ConsumedRun
 from sharestate.coordinator.shard import NativeContext
 from sharestate.coordinator.share_state import Batches, ShareKey, StateBatch
-from sharestate.log.batch import Batch, RawRecord
+from sharestate.log.batch import Batch, BatchHeader, RawRecord
 from sharestate.log.records_v2 import RecordError
 from sharestate.records.codec import StructProgram
 from sharestate.records.keyvalue import KeyValue, KindPrograms
@@ -121,3 +122,9 @@ def arrow_records(n: int, buffer: bytes, offsets: Buffer, timestamps: Buffer,
                   value_valid: Buffer | None, value_base: int, /) -> list[RawRecord]:
     """`Record`s over the buffers of Arrow bronze columns; twin: the `RawRecord` path of
     `sharestate.tables.arrow_log.records_of`."""
+
+def consumed_runs(messages: list[Any], header: BatchHeader, timestamp_types: tuple[str, ...],
+                  /) -> list[ConsumedRun]:
+    """Consumed messages (confluent-kafka's `Message`s) as runs of one partition, each record
+    with its own batch header, or error messages alone; twin:
+    `sharestate.cluster.consumed.consumed_runs_py`."""

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from sharestate import native
 from sharestate.analytics.audit import _Seen
+from sharestate.cluster.consumed import ConsumedRun
 from sharestate.coordinator.combiner import combine, combine_py
 from sharestate.coordinator.shard import NativeContext
 from sharestate.coordinator.share_state import (
@@ -26,7 +27,7 @@ from sharestate.coordinator.share_state import (
     StateBatch,
     ValueSlots,
 )
-from sharestate.log import Batch, RawRecord, discover, read_batches
+from sharestate.log import Batch, BatchHeader, RawRecord, discover, read_batches
 from sharestate.log.checksums import crc_shift_py
 from sharestate.log.records_v2 import parse_records, parse_records_py
 from sharestate.log.resync import check_at, next_candidate, next_candidate_py
@@ -70,7 +71,8 @@ def test_c_reads_every_tuple_in_its_named_tuple_field_order() -> None:
     """The index constants of csrc/native.h (exported as FIELDS and KINDS) are the field
     orders of the NamedTuples C reads and builds, and the numbers of the wire kinds."""
     classes = (NativeContext, ValueSlots, StructProgram, SlotProgram, KindPrograms, KeyValue,
-               RawRecord, ShareKey, StateBatch, SharePartitionState, _Seen)
+               RawRecord, BatchHeader, ConsumedRun, ShareKey, StateBatch,
+               SharePartitionState, _Seen)
     assert {cls.__name__: cls._fields for cls in classes} == native.module.FIELDS
     assert tuple(kind.name for kind in Kind) == native.module.KINDS
     assert [int(kind) for kind in Kind] == list(range(len(Kind)))

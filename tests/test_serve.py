@@ -25,9 +25,11 @@ from serve_support import Cluster, eventually, fixture_records, mock_cluster, of
 from serve_support import get as get_from
 
 from sharestate.app.cli import main
-from sharestate.app.serve.live_log import ReplayOptions
+from sharestate.app.serve import view as views
+from sharestate.app.serve.partition import ReplayOptions
 from sharestate.app.serve.service import Service, start
-from sharestate.app.serve.tailer import Fetched, fetched
+from sharestate.app.serve.tailer import fetched
+from sharestate.app.serve.view import Fetched
 from sharestate.cluster import parse_options
 from sharestate.log import RawRecord
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
@@ -204,13 +206,33 @@ def test_the_credential_shows_in_no_answer_and_no_log(
     assert PASSWORD not in repr(service.tailer.options)
 
 
-def test_probes_answer_while_the_replays_hold_the_state_lock(service: Service) -> None:
-    """/readyz and /healthz read only positions and failures: a replay applying a chunk
-    (holding the lock) does not hold them up."""
-    eventually(lambda: get(service, "/readyz")[0] == 200)
-    with service.state.lock:
-        assert get(service, "/readyz")[0] == 200
-        assert get(service, "/healthz") == (200, {"status": "up"})
+def test_a_published_view_stays_as_it_was_while_the_writer_applies_more(
+        records: dict[str, list[RawRecord]], tmp_path: Path) -> None:
+    """Readers compute from the view they took, which the writer never changes: one taken
+    when half the records were applied still answers as half the log does after the rest
+    applied (the writer publishes new views; the shards and offset rows it holds are its
+    own)."""
+    cluster = mock_cluster()
+    half = {topic: written[:len(written) // 2] for topic, written in records.items()}
+    for topic, written in half.items():
+        cluster.produce(topic, written)
+    running = start(parse_options({"bootstrap.servers": cluster.bootstrap}),
+                    ("127.0.0.1", 0), ReplayOptions(), retention_minutes=10080, version="test")
+    try:
+        eventually(lambda: running.tailer.view.readiness().ready)
+        taken = running.tailer.view
+        answers = (views.share_partitions(taken), views.consumer_group_offsets(taken))
+        assert answers == (offline(tmp_path / "half", "state", half),
+                           offline(tmp_path / "half", "offsets", half))
+        for topic, written in records.items():
+            cluster.produce(topic, written[len(written) // 2:])
+        expected = offline(tmp_path, "state", records)
+        eventually(lambda: views.share_partitions(running.tailer.view) == expected)
+        eventually(lambda: views.consumer_group_offsets(running.tailer.view)
+                   == offline(tmp_path, "offsets", records))
+        assert (views.share_partitions(taken), views.consumer_group_offsets(taken)) == answers
+    finally:
+        running.close()
 
 
 def test_bad_arguments_exit_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:

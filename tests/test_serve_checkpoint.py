@@ -34,7 +34,7 @@ from serve_support import (
 
 from sharestate.app.cli import main
 from sharestate.app.serve.checkpoint import FILE, MAGIC
-from sharestate.app.serve.live_log import ReplayOptions
+from sharestate.app.serve.partition import ReplayOptions
 from sharestate.app.serve.service import CheckpointOptions, Service, start
 from sharestate.cluster import parse_options
 from sharestate.log import RawRecord

@@ -46,7 +46,7 @@ from sharestate.app.serve.checkpoint import (
     Settings,
     encode_body,
 )
-from sharestate.app.serve.live_log import PartitionCheckpoint, Progress, ReplayOptions
+from sharestate.app.serve.partition import PartitionCheckpoint, Progress, ReplayOptions
 from sharestate.app.serve.service import CheckpointOptions, Service, start
 from sharestate.cluster import parse_options
 from sharestate.log import discover

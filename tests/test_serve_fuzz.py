@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from serve_support import eventually, get, mock_cluster, simulated
 
-from sharestate.app.serve.live_log import ReplayOptions
+from sharestate.app.serve.partition import ReplayOptions
 from sharestate.app.serve.service import Service, start
 from sharestate.cluster import parse_options
 

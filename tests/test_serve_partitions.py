@@ -13,7 +13,7 @@ from serve_support import eventually, fixture_records, get, mock_cluster, offlin
 
 from sharestate.app.serve import tailer
 from sharestate.app.serve.checkpoint import CheckpointStore, Settings
-from sharestate.app.serve.live_log import ReplayOptions
+from sharestate.app.serve.partition import ReplayOptions
 from sharestate.app.serve.service import CheckpointOptions, start
 from sharestate.cluster import parse_options
 from sharestate.coordinator.shard import KAFKA
@@ -46,7 +46,7 @@ def test_a_state_topic_created_after_the_start_is_read_without_a_restart(
         eventually(lambda: get(service.address, "/v1/share-partitions")[1] == expected)
         assert get(service.address, "/readyz")[0] == 200
         assert get(service.address, "/healthz") == (200, {"status": "up"})
-        state_partitions = sorted(where for where in service.state.replays
+        state_partitions = sorted(where for where in service.tailer.view.partitions
                                   if where[0] == SHARE_STATE_TOPIC)
     finally:
         service.close()

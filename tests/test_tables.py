@@ -9,9 +9,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from confluent_kafka import KafkaError, Message
 from conftest import conformance_dir
 
+from sharestate import native
 from sharestate.analytics.audit import ShareAuditor
+from sharestate.cluster.consumed import HEADER, TIMESTAMP_TYPES, consumed_items, consumed_runs_py
 from sharestate.log import Batch, LogFinding, ReadLimits, discover, read_batches
 from sharestate.records import segment
 from sharestate.records.catalog import dialect as catalog_dialect
@@ -23,7 +26,7 @@ from sharestate.records.segment import (
 )
 from sharestate.replay.logs import END, AsOf, LogSource, partition_logs
 from sharestate.replay.share_log import ShareReplay, replay_share_log
-from sharestate.tables.arrow_log import COLUMNS, ArrowLog, consumed_chunk
+from sharestate.tables.arrow_log import COLUMNS, ArrowLog
 from sharestate.tables.bronze import Split, read_split
 from sharestate.tables.gold import history_batch
 from sharestate.tables.silver import group_rows, share_state_rows
@@ -154,9 +157,10 @@ def test_replay_from_bronze_rows_equals_replay_from_the_segment(path: Path) -> N
 
 @pytest.mark.parametrize("name", ["share_replay_small", "share_txn"])
 def test_consumed_records_make_the_batches_of_their_bronze_rows(name: str) -> None:
-    """`consumed_chunk` (the live service's path) gives the batches `ArrowLog` makes of the
-    same records as a consumer reads them (no batch columns, no control records): headers,
-    records and decodings, a record that does not decode included."""
+    """`consumed_runs` and `consumed_items` (the live service's path, from confluent-kafka's
+    `Message`s) give the batches `ArrowLog` makes of the same records as a consumer reads
+    them (no batch columns, no control records): headers, records and decodings, a record
+    that does not decode included (with its finding, as a segment's reader gives it)."""
     records = _bronze_records(conformance_dir("kafka-4.4-dev") / f"{name}.log")
     records = records.filter(pc.invert(records["is_control"]))
     values = records["value"].to_pylist()
@@ -170,10 +174,49 @@ def test_consumed_records_make_the_batches_of_their_bronze_rows(name: str) -> No
         if name_ not in live.column_names:
             live = live.append_column(name_, pa.nulls(len(records), records[name_].type))
     expected = list(ArrowLog("__share_group_state", 0, live.to_batches(), dialect).batches())
-    chunk = consumed_chunk("__share_group_state", catalog_dialect(dialect),
-                           *(consumed[c].to_pylist() for c in consumed.column_names))
-    assert list(chunk.batches()) == expected
-    assert any(kv.error is not None for b in expected for kv in b.decoded)
+    kinds = {"CreateTime": 1, "LogAppendTime": 2}
+    messages = [Message(topic="__share_group_state", partition=0, offset=row["offset"],
+                        key=row["key"], value=row["value"],
+                        timestamp=(kinds[row["timestamp_type"]], row["timestamp"]))
+                for row in consumed.to_pylist()]
+    (run,) = _runs(messages)
+    items = consumed_items("__share_group_state", catalog_dialect(dialect),
+                           "__share_group_state-0", run.records, run.headers)
+    batches = [b for item in items
+               for b in (item.batches() if isinstance(item, QuietRun) else [item])]
+    assert [b._replace(failed=()) for b in batches] == expected
+    failed = [f for b in batches for f in b.failed]
+    assert len(failed) == 1 and failed[0].offset == consumed["offset"][len(values) // 2].as_py()
+
+
+def _runs(messages: list[Message]) -> list[Any]:
+    """`consumed_runs` of `messages`, the C function's and its Python twin's, held equal."""
+    runs = consumed_runs_py(messages, HEADER, TIMESTAMP_TYPES)
+    if native.enabled():
+        assert native.module.consumed_runs(messages, HEADER, TIMESTAMP_TYPES) == runs
+    return runs
+
+
+def test_consumed_runs_split_by_partition_and_take_errors_alone() -> None:
+    """Consecutive messages of one partition make one run, whatever came before; an error
+    message (the end of a partition) is a run of its own, between the records around it;
+    an unknown timestamp kind is NoTimestampType."""
+    def record(partition: int, offset: int, kind: int = 1) -> Message:
+        return Message(topic="t", partition=partition, offset=offset, key=b"k%d" % offset,
+                       value=None, timestamp=(kind, 1000 + offset))
+    end = Message(topic="t", partition=1, offset=3,
+                  error=KafkaError(KafkaError._PARTITION_EOF))
+    runs = _runs([record(0, 0), record(0, 1, 2), record(1, 2, 0), end, record(1, 3, 7),
+                  record(0, 2)])
+    assert [(r.partition, [x.offset for x in r.records], r.offset, r.error is None)
+            for r in runs] == [(0, [0, 1], 1, True), (1, [2], 2, True), (1, [], 3, False),
+                               (1, [3], 3, True), (0, [2], 2, True)]
+    assert [h.timestamp_type for r in runs for h in r.headers] == [
+        "CreateTime", "LogAppendTime", "NoTimestampType", "NoTimestampType", "CreateTime"]
+    assert [(h.base_offset, h.last_offset, h.base_timestamp, h.max_timestamp)
+            for h in runs[0].headers] == [(0, 0, 1000, 1000), (1, 1, 1001, 1001)]
+    assert runs[0].records[0] == (0, 1000, -1, b"k0", None, ())
+    assert runs[2].error is not None and runs[2].error.code() == KafkaError._PARTITION_EOF
 
 
 @pytest.mark.parametrize("source", ["segment", "bronze"])

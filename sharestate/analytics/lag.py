@@ -105,6 +105,17 @@ def topic_names(metadata: Mapping[str, SharePartitionMetadata]) -> dict[str, str
     return names
 
 
+def end_offset(end_offsets: EndOffsets | None, key: ShareKey, name: str | None) -> int | None:
+    """The end offset of `key`'s partition in `end_offsets`, looked up by topic id, then
+    by topic `name` (None: not there)."""
+    if not end_offsets:
+        return None
+    end = end_offsets.get((key.topic_id, key.partition))
+    if end is None and name is not None:
+        end = end_offsets.get((name, key.partition))
+    return end
+
+
 def lag_rows(states: Iterable[tuple[ShareKey, SharePartitionState]], context: StateContext,
              *, end_offsets: EndOffsets | None = None, end_offset_source: str = FILE,
              names: Mapping[str, str] | None = None) -> Iterator[dict[str, Any]]:
@@ -115,12 +126,7 @@ def lag_rows(states: Iterable[tuple[ShareKey, SharePartitionState]], context: St
     """
     for key, state in states:
         name = names.get(key.topic_id) if names else None
-        end = None
-        if end_offsets:
-            end = end_offsets.get((key.topic_id, key.partition))
-            if end is None and name is not None:
-                end = end_offsets.get((name, key.partition))
-        lag = share_lag(state, end, end_offset_source)
+        lag = share_lag(state, end_offset(end_offsets, key, name), end_offset_source)
         yield {
             "group_id": key.group_id,
             "topic_id": key.topic_id,

@@ -316,6 +316,23 @@ class ShareShard:
             rules.fresh_update_timestamp, ShareKey, SharePartitionState,
             self._offsets.tracked())
 
+    def copy(self) -> ShareShard:
+        """A shard holding what this one holds now, untouched by what this one replays
+        next (its states, epochs and counts are immutable values: copying the maps
+        suffices)."""
+        other = ShareShard.__new__(ShareShard)
+        other.rules, other._combine, other.semantics = self.rules, self._combine, self.semantics
+        other._states = dict(self._states)
+        other._leader_epochs = dict(self._leader_epochs)
+        other._state_epochs = dict(self._state_epochs)
+        other._counts = dict(self._counts)
+        other._offsets = OffsetsManager.restored(dict(self._offsets.tracked()),
+                                                 self._offsets.raw)
+        other._pending = None if self._pending is None else {
+            producer_id: list(records) for producer_id, records in self._pending.items()}
+        other.findings = list(self.findings)
+        return other
+
     # -- views --------------------------------------------------------------------------
 
     def state(self, key: ShareKey) -> SharePartitionState | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from sharestate.coordinator.expiry import forecast_expiry
+from sharestate.coordinator.expiry import forecast_offset
 from sharestate.coordinator.group_offsets import CommittedOffset
 from sharestate.coordinator.group_replay import GroupCoordinatorReplay
 from sharestate.coordinator.share_state import SNAPSHOT_TYPE, SharePartitionState
@@ -87,23 +87,33 @@ def offset_row(group: str, topic: str, partition: int, commit: CommittedOffset,
 def offset_rows(coordinator: GroupCoordinatorReplay, retention_minutes: int, *,
                 group: str | None = None, pending: bool = False) -> list[dict[str, Any]]:
     """`sharestate offsets` rows of one replayed offsets partition: each committed offset
-    with its expiry forecast (`pending`: then each open transactional commit)."""
+    with its expiry forecast, by group (`pending`: then each open transactional commit)."""
     offsets = coordinator.offsets
-    forecasts = {(f.group, f.topic, f.partition): f for f in forecast_expiry(
-        offsets, coordinator.groups.groups, retention_minutes)}
-    rows: list[dict[str, Any]] = []
-    for (group_id, topic, partition), commit in sorted(offsets.committed()):
-        if group is not None and group_id != group:
-            continue
-        row = offset_row(group_id, topic, partition, commit)
-        forecast = forecasts[(group_id, topic, partition)]
-        row["expires_at"] = forecast.expires_at
-        row["expiry_reason"] = str(forecast.reason)
-        rows.append(row)
+    groups = sorted({key[0] for key, _ in offsets.committed()}) if group is None else [group]
+    rows = [row for name in groups
+            for row in group_offset_rows(coordinator, name, retention_minutes)]
     if pending:
         for producer_id, open_commits in sorted(offsets.pending().items()):
             for (group_id, topic, partition), commit in sorted(open_commits.items()):
                 if group is None or group_id == group:
                     rows.append(offset_row(group_id, topic, partition, commit,
                                            state=f"pending:{producer_id}"))
+    return rows
+
+
+def group_offset_rows(coordinator: GroupCoordinatorReplay, group: str,
+                      retention_minutes: int) -> list[dict[str, Any]]:
+    """The `offset_rows` of one group's committed offsets, by topic and partition: each
+    offset's forecast depends on its group alone (`forecast_offset`)."""
+    offsets = coordinator.offsets
+    found = coordinator.groups.groups.get(group)
+    retention_ms = retention_minutes * 60_000
+    rows: list[dict[str, Any]] = []
+    for (topic, partition), commit in sorted(offsets.group_offsets(group).items()):
+        expires_at, reason, _, _ = forecast_offset(
+            found, topic, commit, offsets.has_pending(group, topic, partition), retention_ms)
+        row = offset_row(group, topic, partition, commit)
+        row["expires_at"] = expires_at
+        row["expiry_reason"] = str(reason)
+        rows.append(row)
     return rows

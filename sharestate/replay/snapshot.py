@@ -53,7 +53,8 @@ GROUP_TABLES = ("group_replay", "committed_offsets", "pending_offsets", "groups"
 
 CORE = ("log", "records", "coordinator", "replay")
 """The packages whose code decodes and replays records (every module in them)."""
-CORE_FILES = ("native.py", "specs.py", "tables/arrow_log.py", "app/serve/live_log.py")
+CORE_FILES = ("native.py", "specs.py", "tables/arrow_log.py", "cluster/consumed.py",
+              "app/serve/partition.py")
 """The other modules that decode records for a replay (bronze rows, consumed records)."""
 SCHEMAS = ("records", "state")
 """The schema folders the fingerprint covers: the records' and the snapshot tables'."""

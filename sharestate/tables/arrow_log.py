@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from functools import partial
 from itertools import repeat
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -180,35 +179,6 @@ def _chunk(data: pa.RecordBatch, starts: np.ndarray, schemas: Dialect, topic: st
         items = list(decode_key_values(schemas, topic, records))
     quiet = ~(_flags(data, "is_transactional", take) | control)
     return _Chunk(headers, records, items, starts, ends, quiet)
-
-
-_HEADER = partial(tuple.__new__, BatchHeader)
-_RECORD = partial(tuple.__new__, RawRecord)
-"""A BatchHeader / RawRecord from a whole row, without the named tuple's Python `__new__`
-(a third of the time: consumed records are built per record)."""
-
-
-def consumed_chunk(topic: str, schemas: Dialect, offsets: list[int], timestamps: list[int],
-                   timestamp_types: list[str], keys: list[bytes | None],
-                   values: list[bytes | None]) -> _Chunk:
-    """The batches of consumed records (the columns a consumer sees, in offset order):
-    what `_chunk` gives for such rows without the batch columns, each record a batch of its
-    own, built straight from the columns (no Arrow table, no per-row header lookups)."""
-    n = len(offsets)
-    defaults = HEADER_DEFAULTS
-    headers = cast(list[BatchHeader], list(map(_HEADER, zip(
-        repeat(defaults["position"], n), offsets, offsets,
-        repeat(defaults["batch_size"], n), repeat(defaults["partition_leader_epoch"], n),
-        repeat(defaults["magic"], n), repeat(0, n), repeat(defaults["crc_valid"], n),
-        repeat(defaults["compression"], n), timestamp_types, timestamps, timestamps,
-        repeat(defaults["producer_id"], n), repeat(defaults["producer_epoch"], n),
-        repeat(-1, n), repeat(False, n), repeat(False, n), repeat(1, n), repeat(False, n),
-        strict=True))))
-    records = cast(list[RawRecord], list(map(_RECORD, zip(
-        offsets, timestamps, repeat(-1, n), keys, values, repeat((), n), strict=True))))
-    bounds = np.arange(n + 1)
-    return _Chunk(headers, records, list(decode_key_values(schemas, topic, records)),
-                  bounds[:-1], bounds[1:], np.ones(n, dtype=bool))
 
 
 def _flags(data: pa.RecordBatch, name: str, take: pa.Array) -> np.ndarray:

@@ -39,12 +39,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from sharestate.app.serve.live_log import PartitionCheckpoint, Progress
-from sharestate.app.serve.state import LiveState
+from sharestate.app.serve.partition import PartitionCheckpoint, Progress
 from sharestate.log.discovery import INTERNAL_TOPICS
 from sharestate.log.files import NotRegularFile, read_regular
 from sharestate.records.catalog import SHARE_STATE_TOPIC, dialect_names
@@ -73,7 +72,6 @@ MAX_HEADER_DEPTH = 8
 _JSON_ESCAPE = re.compile(rb"\\.", re.DOTALL)
 _NESTING = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(_NESTING)))
-POLL_S = 0.1
 LOG = logging.getLogger("sharestate.serve")
 
 Where = tuple[str, int]
@@ -119,7 +117,7 @@ def _depth(text: bytes) -> int:
 
 
 def encode_body(partitions: Mapping[Where, PartitionCheckpoint]) -> bytes:
-    """The body of a checkpoint of `partitions` (what `LiveState.checkpoint` took)."""
+    """The body of a checkpoint of `partitions` (what the writer took: `Taken`)."""
     rows: dict[str, list[Any]] = {name: [] for name in BODY.names}
     for (topic, partition), saved in sorted(partitions.items()):
         progress = saved.progress
@@ -311,70 +309,114 @@ def _private(path: str, flags: int) -> int:
     return os.open(path, flags, 0o600)
 
 
-class Checkpointer(threading.Thread):
-    """Writes a checkpoint of `state` once `records` records were applied since the last
-    one or `seconds` passed with anything read, and a last one at `close`. A write that
-    fails is logged and counted (`failures`); the service goes on and tries again."""
+class Taken(NamedTuple):
+    """A checkpoint the writer took of its own state: every partition (the snapshots are
+    Arrow tables, data that stays as taken), to be encoded and written on another thread."""
 
-    def __init__(self, store: CheckpointStore, state: LiveState, *, records: int,
-                 seconds: float, version: str) -> None:
+    partitions: dict[Where, PartitionCheckpoint]
+
+    @property
+    def positions(self) -> dict[Where, int]:
+        return {where: saved.progress.position for where, saved in self.partitions.items()}
+
+    @property
+    def records(self) -> int:
+        return sum(saved.progress.records for saved in self.partitions.values())
+
+
+class Written(NamedTuple):
+    """What the checkpoints written so far say (replaced whole after each write): when the
+    last was written (epoch seconds, None before the first), its size, how long it took,
+    the records applied and positions it holds, and the writes that failed."""
+
+    at: float | None
+    size: int
+    took: float
+    records: int
+    positions: Mapping[Where, int]
+    failures: int
+
+
+class Checkpointer(threading.Thread):
+    """Writes the checkpoints the service's writer hands it (`submit`), one at a time and
+    off the writer's thread (a newer one handed over before the last is written replaces
+    it), and says when one is due (`due`): once `records` records were applied since the
+    last one written or `seconds` passed with anything read. A write that fails is logged
+    and counted (`written.failures`); the service goes on and tries again when the next is
+    due. `close` writes a last one."""
+
+    def __init__(self, store: CheckpointStore, *, records: int, seconds: float, version: str,
+                 applied: int = 0, positions: Mapping[Where, int] | None = None) -> None:
+        """`applied`, `positions`: what the state the service starts from holds."""
         super().__init__(name="checkpoint", daemon=True)
         self.store = store
-        self.state = state
         self.every_records = records
         self.every_seconds = seconds
         self.version = version
+        self.written = Written(None, 0, 0.0, applied, dict(positions or {}), 0)
         self.stopping = threading.Event()
-        with state.lock:
-            self.records = state.records_applied()
-            self.positions = state.positions()
-        self.since = time.monotonic()
-        self.written: float | None = None
-        """When the last checkpoint was written (epoch seconds)."""
-        self.size = 0
-        self.took = 0.0
-        self.failures = 0
+        self._since = time.monotonic()
+        self._handed = threading.Condition()
+        self._next: Taken | None = None
+        self._writing = False
+
+    def due(self, records: int, positions: Mapping[Where, int], now: float) -> bool:
+        """Whether a checkpoint of a state of `records` applied and `positions` is due (never
+        while the last one handed over is not yet written)."""
+        with self._handed:
+            if self._writing or self._next is not None:
+                return False
+        written = self.written
+        if records - written.records >= self.every_records or (
+                positions != written.positions and now - self._since >= self.every_seconds):
+            self._since = now
+            return True
+        return False
+
+    def submit(self, taken: Taken) -> None:
+        """Write `taken` on this thread, as soon as it is free."""
+        with self._handed:
+            self._next = taken
+            self._handed.notify()
 
     def run(self) -> None:
-        while not self.stopping.wait(POLL_S):
-            with self.state.lock:
-                records = self.state.records_applied()
-                moved = self.state.positions() != self.positions
-            if records - self.records >= self.every_records or (
-                    moved and time.monotonic() - self.since >= self.every_seconds):
-                self.write()
+        while True:
+            with self._handed:
+                while self._next is None and not self.stopping.is_set():
+                    self._handed.wait()
+                taken, self._next = self._next, None
+                self._writing = taken is not None
+            if taken is None:
+                return
+            self.write(taken)
+            with self._handed:
+                self._writing = False
 
-    def write(self) -> None:
-        """Write a checkpoint now (the replays wait while their state is encoded); none once
-        a replay failed."""
+    def write(self, taken: Taken) -> None:
+        """Encode and write `taken` now."""
         started = time.monotonic()
+        written = self.written
         try:
-            with self.state.lock:
-                if self.state.failure() is not None:
-                    # a replay that failed may have applied part of a chunk it has not
-                    # counted: its state is not one to resume from
-                    return
-                records = self.state.records_applied()
-                positions = self.state.positions()
-                partitions = self.state.checkpoint()
-            size = self.store.save(encode_body(partitions), positions, records, self.version)
+            size = self.store.save(encode_body(taken.partitions), taken.positions,
+                                   taken.records, self.version)
         except Exception:  # logged and counted; the service keeps answering
-            self.failures += 1
             LOG.exception("writing checkpoint %s failed", self.store.path)
+            self.written = written._replace(failures=written.failures + 1)
             return
-        finally:
-            self.since = time.monotonic()
-        self.records, self.positions = records, positions
-        self.written, self.size, self.took = time.time(), size, time.monotonic() - started
+        took = time.monotonic() - started
+        self.written = Written(time.time(), size, took, taken.records, taken.positions,
+                               written.failures)
         LOG.debug("checkpoint %s: %d records applied, %d bytes, %.3f s", self.store.path,
-                  records, size, self.took)
+                  taken.records, size, took)
 
-    def close(self, *, write: bool = True) -> None:
-        """Stop, write a last checkpoint (call once the replays stopped) unless `write` is
-        false, free the directory."""
-        self.stopping.set()
+    def close(self, last: Taken | None) -> None:
+        """Stop once what was handed over is written, write `last` (None: none, e.g. after a
+        replay failed), free the directory."""
+        with self._handed:
+            self.stopping.set()
+            self._handed.notify()
         if self.is_alive():
             self.join()
-        if write:
-            self.write()
+        if last is not None:
+            self.write(last)
         self.store.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import signal
 import sys
@@ -25,6 +26,7 @@ CHECKPOINT_RECORDS = 1_000_000
 CHECKPOINT_SECONDS = 60.0
 SUPERVISE_S = 0.5
 """How often the command checks that the replays and the cluster reader still run."""
+GC_YOUNG = 50_000
 
 
 def listen_address(text: str) -> tuple[str, int]:
@@ -87,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     of the failed state is written, so a restart resumes from the last good one)."""
     from sharestate.app.serve.checkpoint import CheckpointRefused
     from sharestate.app.serve.http import ListenError
-    from sharestate.app.serve.live_log import ReplayOptions
+    from sharestate.app.serve.partition import ReplayOptions
     from sharestate.app.serve.service import CheckpointOptions, Stopped, start
     from sharestate.cluster import KafkaOptionError, KafkaSourceError, parse_options
 
@@ -106,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
     for warning in arguments.secret_warnings(extra, "--kafka-option"):
         print(warning, file=sys.stderr)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    collect_less()
     stop = threading.Event()
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -132,6 +135,17 @@ def run(args: argparse.Namespace) -> int:
     host, port = service.address
     print(f"sharestate serve: listening on http://{host}:{port}", file=sys.stderr, flush=True)
     return supervise(service, stop)
+
+
+def collect_less() -> None:
+    """Set the garbage collector for a process that makes millions of short-lived tuples:
+    what was loaded so far is never collected (it lives as long as the process), and the
+    young generation is collected every `GC_YOUNG` allocations instead of 700. Almost every
+    object the writer makes is freed by its reference count before then; with the default,
+    each chunk of consumed records, alive while it applies, was promoted and then walked by
+    full collections over the whole heap (2.8 of 6.7 CPU seconds per million records)."""
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
 
 
 def supervise(service: Service, stop: threading.Event) -> int:

@@ -1,6 +1,6 @@
 """The HTTP side: one event loop holds the connections and reads each request's head (within
-a deadline), the probes are answered on it, the other endpoints on a few worker threads, in
-JSON from `LiveState`.
+a deadline), the probes are answered on it, the other endpoints on a few worker threads,
+each answer computed from the one view the writer last published (`view`).
 
 Each connection carries one request (HTTP/1.0: the answer ends it). What a connection may
 cost is bounded, so that clients cannot take what the service needs to go on:
@@ -11,9 +11,9 @@ cost is bounded, so that clients cannot take what the service needs to go on:
   time; one more is taken by closing the connection that has waited longest (`IDLE_S` at
   least) without a whole request;
 - at most `limit - PROBE_ROOM` requests are answered or queued for the workers at once;
-  another gets 503 with `Retry-After` at once. The probes (`/healthz`, `/readyz`) take no
-  lock and are answered on the loop itself: they answer while every worker is busy and
-  connections are at their limit.
+  another gets 503 with `Retry-After` at once. The probes (`/healthz`, `/readyz`) are
+  answered on the loop itself: they answer while every worker is busy and connections are
+  at their limit.
 A client that goes away early costs at most one debug line, never a traceback.
 """
 
@@ -28,7 +28,7 @@ import resource
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
@@ -37,17 +37,18 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from sharestate.app.serve import view as views
 from sharestate.app.serve.checkpoint import Checkpointer
+from sharestate.app.serve.end_offset_log import DataTopicEnds
 from sharestate.app.serve.metrics import registry
 from sharestate.app.serve.openapi import document
-from sharestate.app.serve.state import LiveState
-from sharestate.app.serve.tailer import Fetched
+from sharestate.app.serve.view import View
 
 LOG = logging.getLogger("sharestate.serve")
 ALLOWED = "GET, HEAD, OPTIONS"
 GROUPED = {"/v1/share-partitions", "/v1/lag", "/v1/redelivery", "/v1/consumer-group-offsets"}
 PROBES = {"/healthz", "/readyz"}
-"""Answered on the event loop: they read no state under the lock."""
+"""Answered on the event loop: they read a few figures of the view."""
 
 BACKLOG = 512
 """Connections the kernel queues before they are accepted."""
@@ -109,12 +110,14 @@ def _plain(status: HTTPStatus, message: str, *headers: tuple[str, str]) -> bytes
     return "\r\n".join(lines).encode() + b"\r\n\r\n" + body
 
 
-def make_answer(state: LiveState, version: str, reader_failure: Callable[[], str | None],
-                checkpointer: Checkpointer | None = None,
-                fetched: Callable[[], Mapping[tuple[str, int], Fetched]] = dict
+def make_answer(current: Callable[[], View], ends: DataTopicEnds, version: str,
+                failure: Callable[[View], str | None],
+                checkpointer: Checkpointer | None = None
                 ) -> Callable[[bytes, tuple[str, int]], bytes]:
-    """The whole answer (status line, headers, body) to a request's head from a client."""
-    metrics = registry(state, checkpointer, fetched)
+    """The whole answer (status line, headers, body) to a request's head from a client:
+    from the view `current()` returns when it is asked (`failure`: why the service cannot go
+    on, given that view), the data topics' end offsets `ends`."""
+    metrics = registry(current, ends, checkpointer)
     spec = json.dumps(document(version)).encode()
 
     class Handler(BaseHTTPRequestHandler):
@@ -163,22 +166,23 @@ def make_answer(state: LiveState, version: str, reader_failure: Callable[[], str
                 self._json(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
 
         def _answer(self, path: str, group: str | None) -> None:
+            view = current()
             routes: dict[str, Callable[[], Any]] = {
-                "/v1/share-partitions": lambda: state.share_partitions(group),
-                "/v1/lag": lambda: state.lag(group),
-                "/v1/redelivery": lambda: state.redelivery(group),
-                "/v1/prune": state.prune,
-                "/v1/consumer-group-offsets": lambda: state.consumer_group_offsets(group),
-                "/v1/findings": state.findings,
-                "/v1/end-offsets": state.end_offset_rows,
+                "/v1/share-partitions": lambda: views.share_partitions(view, group),
+                "/v1/lag": lambda: views.lag(view, ends(), group),
+                "/v1/redelivery": lambda: views.redelivery(view, group),
+                "/v1/prune": lambda: views.prune(view),
+                "/v1/consumer-group-offsets": lambda: views.consumer_group_offsets(view, group),
+                "/v1/findings": lambda: views.findings(view),
+                "/v1/end-offsets": lambda: ends.rows(view.names()),
             }
             if path == "/healthz":
-                failure = state.failure() or reader_failure()
-                self._json(HTTPStatus.SERVICE_UNAVAILABLE if failure else HTTPStatus.OK,
-                           {"status": "failed", "reason": failure} if failure
+                reason = failure(view)
+                self._json(HTTPStatus.SERVICE_UNAVAILABLE if reason else HTTPStatus.OK,
+                           {"status": "failed", "reason": reason} if reason
                            else {"status": "up"})
             elif path == "/readyz":
-                ready = state.readiness()
+                ready = view.readiness()
                 self._json(HTTPStatus.OK if ready.ready else HTTPStatus.SERVICE_UNAVAILABLE,
                            ready.json())
             elif path == "/metrics":
@@ -429,10 +433,8 @@ def _path(head: bytes) -> str:
     return urlsplit(words[1].decode("latin-1")).path if len(words) >= 2 else ""
 
 
-def make_server(listener: socket.socket, state: LiveState, version: str,
-                reader_failure: Callable[[], str | None],
-                checkpointer: Checkpointer | None = None,
-                fetched: Callable[[], Mapping[tuple[str, int], Fetched]] = dict) -> HttpServer:
-    """A server (not yet serving) for `state` on `listener`."""
-    return HttpServer(listener, make_answer(state, version, reader_failure, checkpointer,
-                                            fetched))
+def make_server(listener: socket.socket, current: Callable[[], View], ends: DataTopicEnds,
+                version: str, failure: Callable[[View], str | None],
+                checkpointer: Checkpointer | None = None) -> HttpServer:
+    """A server (not yet serving) of the views `current()` returns on `listener`."""
+    return HttpServer(listener, make_answer(current, ends, version, failure, checkpointer))

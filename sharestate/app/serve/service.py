@@ -1,5 +1,6 @@
-"""Wiring: the cluster's partitions, their replays (fresh or from a checkpoint), the tailer,
-the checkpoints and the HTTP server."""
+"""Wiring: the cluster's partitions, their replays (fresh or from a checkpoint), the tailer
+(the one writer), the checkpoints and the HTTP server (which reads what the tailer
+publishes)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from sharestate.app.serve.checkpoint import (
     Restored,
     Settings,
 )
+from sharestate.app.serve.end_offset_log import DataTopicEnds
 from sharestate.app.serve.http import HttpServer, listening, make_server
-from sharestate.app.serve.live_log import PartitionCheckpoint, ReplayOptions
-from sharestate.app.serve.state import LiveState
+from sharestate.app.serve.partition import PartitionCheckpoint, PartitionReplay, ReplayOptions
 from sharestate.app.serve.tailer import Tailer
+from sharestate.app.serve.view import View
 from sharestate.cluster import KafkaReadOptions, check_reachable, fetch_topic_ends
 from sharestate.cluster.kafka_plan import ClusterNotReady, cluster_watermarks
 from sharestate.log.discovery import INTERNAL_TOPICS
@@ -43,10 +45,9 @@ class CheckpointOptions:
 
 @dataclass
 class Service:
-    """A running service: `close()` stops the server, the tailer and the replays, then
-    writes a last checkpoint."""
+    """A running service: `close()` stops the server and the tailer, then writes a last
+    checkpoint."""
 
-    state: LiveState
     tailer: Tailer
     server: HttpServer
     checkpointer: Checkpointer | None = None
@@ -58,24 +59,25 @@ class Service:
     def failure(self) -> str | None:
         """Why the service cannot go on, if it cannot: a partition's replay failed, or the
         cluster reader did (or stopped) before `close`."""
-        return self.state.failure() or reader_failure(self.tailer)
+        return failure(self.tailer, self.tailer.view)
 
     def close(self, *, checkpoint: bool = True) -> None:
         """Stop everything; write a last checkpoint unless `checkpoint` is false (after a
         failure: a restart then resumes from the last good one)."""
         self.server.close()
         self.tailer.stop()
-        self.state.stop()
         if self.checkpointer is not None:
-            self.checkpointer.close(write=checkpoint)
+            last = self.tailer.checkpoint() if checkpoint and not self.tailer.is_alive() else None
+            self.checkpointer.close(last)
 
 
-def reader_failure(tailer: Tailer) -> str | None:
-    """Why the cluster reader failed or stopped, if it did (it stops only at `close`)."""
-    if tailer.failure is not None:
-        return f"the cluster reader failed ({tailer.failure})"
-    if tailer.stopping.is_set() or tailer.is_alive() or tailer.ident is None:
-        return None
+def failure(tailer: Tailer, view: View) -> str | None:
+    """Why the service cannot go on, as `view` and the tailer's thread say: a replay or the
+    reader failed, or the reader stopped (it stops only at `close`)."""
+    found = view.failure()
+    if found is not None or tailer.stopping.is_set() or tailer.is_alive() \
+            or tailer.ident is None:
+        return found
     return "the cluster reader stopped"
 
 
@@ -139,24 +141,26 @@ def _serve(options: KafkaReadOptions, listener: socket.socket, replay: ReplayOpt
            ranges: Mapping[Where, tuple[int, int]], restored: dict[Where, PartitionCheckpoint],
            store: CheckpointStore | None, checkpoints: CheckpointOptions | None, *,
            retention_minutes: int, version: str) -> Service:
-    ends = {where: high for where, (_, high) in ranges.items()}
-    state = LiveState(sorted(ranges), ends, replay, lambda: fetch_topic_ends(options),
-                      retention_minutes, restored)
-    tailer = Tailer(options, state.replays,
-                    {where: saved.progress.position for where, saved in restored.items()},
-                    state.add)
+    partitions = {where: PartitionReplay(*where, replay, high, restored.get(where))
+                  for where, (_, high) in sorted(ranges.items())}
     checkpointer = None if store is None or checkpoints is None else Checkpointer(
-        store, state, records=checkpoints.records, seconds=checkpoints.seconds,
-        version=version)
-    server = make_server(listener, state, version, lambda: reader_failure(tailer),
-                         checkpointer, lambda: tailer.fetched)
+        store, records=checkpoints.records, seconds=checkpoints.seconds, version=version,
+        applied=sum(p.progress.records for p in partitions.values()),
+        positions={where: p.progress.position for where, p in partitions.items()})
+    tailer = Tailer(options, partitions, replay, retention_minutes=retention_minutes,
+                    starts={where: saved.progress.position
+                            for where, saved in restored.items()},
+                    checkpointer=checkpointer)
+    server = make_server(listener, lambda: tailer.view,
+                         DataTopicEnds(lambda: fetch_topic_ends(options)), version,
+                         lambda view: failure(tailer, view), checkpointer)
     tailer.start()
     if checkpointer is not None:
         checkpointer.start()
     server.start()
     LOG.info("reading %d partitions of %s from %s", len(ranges), ", ".join(INTERNAL_TOPICS),
              options.redact(options.bootstrap_servers))
-    return Service(state, tailer, server, checkpointer)
+    return Service(tailer, server, checkpointer)
 
 
 def _resumable(loaded: Restored | None, ranges: Mapping[Where, tuple[int, int]]

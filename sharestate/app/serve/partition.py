@@ -1,0 +1,199 @@
+"""One internal-topic partition replayed as its records arrive, by the service's one writer.
+
+`PartitionReplay` holds the core's replay of one partition (`ShareReplay` for
+`__share_group_state`, `GroupReplay` for `__consumer_offsets`), started by its first records
+(which tell its dialect) or restored from a checkpoint, and how far it was read
+(`Progress`). Only the tailer's thread calls it: records are applied on that thread as they
+are consumed (`sharestate.cluster.consumed`: the batches the Spark replay task makes of the
+bronze rows of a live read, with the same record decoder). What readers see of it is a view
+the writer makes and publishes (`sharestate.app.serve.view`), never the replay itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sharestate.cluster.consumed import consumed_items
+from sharestate.coordinator.shard import KAFKA
+from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
+from sharestate.log import BatchHeader, RawRecord
+from sharestate.records.catalog import SHARE_STATE_TOPIC
+from sharestate.records.catalog import dialect as dialect_schemas
+from sharestate.records.detect import detect
+from sharestate.records.keyvalue import KeyValue
+from sharestate.records.segment import DecodedBatch, QuietRun
+from sharestate.replay.group_log import GroupReplay, group_state
+from sharestate.replay.share_log import ShareReplay, share_state
+from sharestate.replay.snapshot import Snapshot
+
+LOG = logging.getLogger("sharestate.serve")
+DETECT_SAMPLE = 64
+"""Records of a partition's first run its dialect is detected from."""
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How far a partition has been read: the next offset to consume, records applied, the
+    last applied record's timestamp, and whether every record up to an end the consumer saw
+    is applied (so also every one up to the end seen at start, unless the log went back
+    since and this is its new replay)."""
+
+    position: int = 0
+    records: int = 0
+    last_timestamp: int | None = None
+    at_end: bool = False
+
+
+@dataclass
+class PartitionCheckpoint:
+    """What a checkpoint keeps of one partition: how far it was read and, once its replay
+    started, the dialect it was read with and the replay's snapshot."""
+
+    progress: Progress
+    dialect: str | None = None
+    snapshot: Snapshot | None = None
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """How the replays run: a pinned dialect (None: detect), semantics, Kafka's config."""
+
+    dialect: str | None = None
+    semantics: str = KAFKA
+    snapshot_update_records_per_snapshot: int = DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
+
+
+class PartitionReplay:
+    """The replay of one internal-topic partition (see the module docstring). `failure` is
+    set once its replay raised (a bug: records that do not decode are findings); it then
+    takes no more records. `touched` holds the groups whose records it applied since the
+    writer last took them (`__consumer_offsets`: every record's key starts with its group),
+    `changed` whether anything changed since then."""
+
+    def __init__(self, topic: str, partition: int, options: ReplayOptions,
+                 start_end: int | None = None, saved: PartitionCheckpoint | None = None
+                 ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.options = options
+        self.start_end = start_end
+        """The partition's end when the service started (None: it appeared later)."""
+        self.progress = Progress()
+        self.dialect: str | None = None
+        self.share: ShareReplay | None = None
+        self.group: GroupReplay | None = None
+        self.failure: str | None = None
+        self.fed = 0
+        """The offset after the last record applied."""
+        self.changed = True
+        self.touched: set[str] = set()
+        self.every_group = True
+        """Every group may have changed since the writer last took `touched` (at the start,
+        and when the log went back)."""
+        if saved is not None:
+            self.progress = saved.progress
+            self.fed = saved.progress.position
+            if saved.dialect is not None and saved.snapshot is not None:
+                self._start(saved.dialect, saved.snapshot)
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    def apply(self, records: list[RawRecord], headers: list[BatchHeader]) -> None:
+        """Apply consumed `records` (in offset order, each a batch of its own: `headers`).
+        Records that go back behind what was applied mean the log itself went back (the
+        topic was deleted and created again, or its log truncated; the consumer then reads
+        it again from its log start): the partition's replay starts over from them."""
+        if self.failure is not None or not records:
+            return
+        if records[0].offset < self.fed:
+            self._start_over(records[0].offset)
+        replay = self.share or self.group
+        if replay is None:
+            sample = [(r.key, r.value) for r in records[:DETECT_SAMPLE]]
+            replay = self._start(detect(sample, topic=self.topic,
+                                        dialect_name=self.options.dialect).dialect)
+            if replay is None:  # its failure says why
+                return
+        assert self.dialect is not None
+        self.fed = records[-1].offset + 1
+        self.changed = True
+        try:
+            for item in consumed_items(self.topic, dialect_schemas(self.dialect), self.name,
+                                       records, headers):
+                if self.group is not None:
+                    self.touched.update(_groups(item))
+                replay.apply(item)
+        except Exception as exc:  # a bug: surfaced by /healthz and the service's exit
+            self.failure = f"replay of {self.name} failed: {exc!r}"
+            LOG.debug("replay of %s failed", self.name, exc_info=True)
+            return
+        progress = self.progress
+        self.progress = Progress(max(progress.position, self.fed),
+                                 progress.records + len(records), records[-1].timestamp,
+                                 progress.at_end)
+
+    def reached(self, end: int) -> None:
+        """The consumer saw the partition's end at `end` (past trailing control records);
+        not once the replay failed (what it applied does not reach there)."""
+        if self.failure is not None:
+            return
+        self.changed = True
+        self.progress = replace(self.progress, position=max(self.progress.position, end),
+                                at_end=True)
+
+    def checkpoint(self) -> PartitionCheckpoint:
+        """This partition as a checkpoint keeps it (the replay's snapshot, Arrow tables that
+        stay as taken: another thread may encode and write them)."""
+        replay = self.share or self.group
+        if replay is None:
+            return PartitionCheckpoint(self.progress)
+        return PartitionCheckpoint(self.progress, self.dialect, replay.snapshot())
+
+    def take_touched(self) -> set[str] | None:
+        """The groups touched since the last call (None: every group may have changed);
+        cleared, and `changed` with them."""
+        touched = None if self.every_group else self.touched
+        self.touched, self.every_group, self.changed = set(), False, False
+        return touched
+
+    def _start_over(self, first: int) -> None:
+        """Drop what was replayed: the log it described is gone. Views show no state for
+        the partition until the new log's records apply."""
+        LOG.warning("%s: offset %d comes after %d (the topic was created again or its log "
+                    "truncated): replaying the partition from there", self.name, first,
+                    self.fed - 1)
+        self.progress = Progress()
+        self.dialect = self.share = self.group = None
+        self.every_group, self.touched = True, set()
+
+    def _start(self, dialect: str, resume: Snapshot | None = None
+               ) -> ShareReplay | GroupReplay | None:
+        """The partition's replay, fresh or restored (None, and `failure` set, when a
+        restored state is one the replay cannot go on from)."""
+        self.dialect = dialect
+        try:
+            if self.topic == SHARE_STATE_TOPIC:
+                self.share = ShareReplay.restore(resume) if resume else ShareReplay(
+                    share_state(self.topic, self.partition, (dialect,),
+                                semantics=self.options.semantics,
+                                snapshot_update_records_per_snapshot=(
+                                    self.options.snapshot_update_records_per_snapshot)))
+                return self.share
+            self.group = GroupReplay.restore(resume) if resume else GroupReplay(
+                group_state(self.topic, self.partition, dialect))
+            return self.group
+        except Exception as exc:  # a restored state the replay cannot go on from
+            self.failure = f"replay of {self.name} failed: {exc!r}"
+            return None
+
+
+def _groups(item: Any) -> set[str]:
+    """The groups the records of an item of `__consumer_offsets` belong to (a key that did
+    not decode names none: its record changes nothing but the findings)."""
+    decoded = item.decoded if isinstance(item, QuietRun | DecodedBatch) else ()
+    return {kv.key[0] for kv in decoded
+            if isinstance(kv, KeyValue) and kv.key is not None and kv.key}
