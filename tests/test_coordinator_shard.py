@@ -222,3 +222,40 @@ def test_tombstone_discards_pending_records_of_its_key() -> None:
     assert [f[:2] for f in shard.findings] == [(3, PENDING_DISCARDED)]
     assert shard.end_transaction(7, True, 4) == 1
     assert K1 not in shard and K2 in shard
+
+
+def _held(shard: ShareShard) -> tuple[object, ...]:
+    """Everything a shard holds (what a snapshot of it keeps)."""
+    return (list(shard.entries()), list(shard.pending_records()),
+            shard.last_redundant_offset_raw, list(shard.findings))
+
+
+def test_a_copy_holds_what_the_shard_held_and_replays_on_apart_from_it() -> None:
+    """`copy()` (the live service's published views hold copies): a copy taken midway
+    holds what the shard held then and keeps it while the shard replays on, and replays
+    the same records on to the shard's state, without changing the shard."""
+    steps = [
+        lambda s: s.replay(0, SNAPSHOT_TYPE, K1, snapshot(0, B(0, 9, 0, 1))),
+        lambda s: s.replay(1, UPDATE_TYPE, K1, update(-1, B(0, 4, 2, 1)), producer_id=7,
+                           transactional=True),
+        lambda s: s.replay(2, SNAPSHOT_TYPE, K2, snapshot(5, B(5, 6, 0, 1))),
+        lambda s: s.replay(3, UPDATE_TYPE, K2, update(-1, B(5, 5, 2, 1))),
+        lambda s: s.end_transaction(7, True, 4),
+        lambda s: s.replay(5, SNAPSHOT_TYPE, K2, None),
+        lambda s: s.replay(6, UPDATE_TYPE, K1, update(-1, B(5, 9, 4, 1)), producer_id=8,
+                           transactional=True),
+    ]
+    shard = ShareShard(semantics=TRANSACTIONAL_ACKS)
+    for step in steps[:4]:
+        step(shard)
+    then = _held(shard)
+    copy = shard.copy()
+    assert _held(copy) == then
+    for step in steps[4:]:
+        step(shard)
+    assert _held(copy) == then
+    now = _held(shard)
+    assert now != then
+    for step in steps[4:]:
+        step(copy)
+    assert _held(copy) == now == _held(shard)
