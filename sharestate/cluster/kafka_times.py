@@ -34,8 +34,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not re-expo
     ResourceType,
 )
 
-from sharestate.cluster.kafka_options import FORCED, KafkaReadOptions
-from sharestate.cluster.kafka_plan import KafkaSourceError
+from sharestate.cluster.kafka_options import KafkaReadOptions
+from sharestate.cluster.kafka_plan import KafkaSourceError, admin_client
 
 LOG_APPEND_TIME = "LogAppendTime"
 CREATE_TIME = "CreateTime"
@@ -51,17 +51,6 @@ class TimedOffset:
     time: int
     end_offset: int
     timestamp_type: str
-
-
-def admin_client(options: KafkaReadOptions) -> AdminClient:
-    """An admin client with the reader's connection settings (no consumer-only ones)."""
-    consumer_only = {"group.id", "isolation.level", *FORCED}
-    try:
-        return AdminClient({key: value for key, value in
-                            options.client_config("sharestate-planner").items()
-                            if key not in consumer_only})
-    except KafkaException as exc:
-        raise KafkaSourceError(options.redact(f"cannot create a Kafka client: {exc}")) from None
 
 
 def topic_ids(admin: AdminClient, timeout: float) -> dict[str, str]:
