@@ -38,7 +38,12 @@ from sharestate.cluster.consumed import ConsumedRun, consumed_runs
 from sharestate.cluster.kafka_plan import admin_client
 from sharestate.log.discovery import INTERNAL_TOPICS
 
-CONSUME_MESSAGES = 10_000
+CONSUME_MESSAGES = 1_000
+"""Messages taken from the consumer at a time, each chunk applied before the next is taken:
+small enough that a chunk's C calls (the client's messages made, their records and headers
+built, decoded and applied) hold the interpreter lock for about a millisecond, so the HTTP
+side (`/readyz` on its event loop) is not held up behind them, and that a chunk's objects
+stay in cache and die young (catching up is faster than with 10,000: docs/benchmarks.md)."""
 CONSUMER_DEFAULTS = {"fetch.queue.backoff.ms": "10", "statistics.interval.ms": "5000"}
 """librdkafka settings a `--kafka-option` may override. While catching up the consumer's
 queue fills faster than the writer drains it; by default librdkafka then postpones the
@@ -157,10 +162,10 @@ class Tailer(threading.Thread):
                 self.consumer.close()
 
     def _next(self, consumer: Consumer) -> list[Message]:
-        """What the consumer holds now (up to `CONSUME_MESSAGES`: big chunks while catching
-        up); when it holds nothing, a view of what was applied is published and then the
-        first message to arrive within `POLL_TIMEOUT_S` is taken with what came with it (a
-        live record is applied as soon as it is fetched)."""
+        """What the consumer holds now (up to `CONSUME_MESSAGES`); when it holds nothing,
+        a view of what was applied is published and then the first message to arrive
+        within `POLL_TIMEOUT_S` is taken with what came with it (a live record is applied
+        as soon as it is fetched)."""
         messages = consumer.consume(CONSUME_MESSAGES, 0)
         if not messages:
             if self._dirty:  # nothing more to read now: show what was applied
