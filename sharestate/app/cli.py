@@ -705,10 +705,12 @@ def cmd_quality(args: argparse.Namespace) -> int:
     <warehouse>/_docs/quality/. Exit 0 the gate holds, 1 it failed, 2 bad arguments,
     3 it could not run, 70 an internal error.
     """
+    from sharestate.spark.console import heartbeat
     from sharestate.spark.quality_job import QualityArgumentError, run
 
     try:
-        return run(args)
+        with heartbeat("quality"):
+            return run(args)
     except QualityArgumentError as exc:
         raise UsageError(str(exc)) from None
 
@@ -727,10 +729,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Write one self-contained HTML page about a warehouse: lag, redelivery, prune frontier,
     audit findings, consumer-group offsets, with the inputs covered and finding badges."""
     from sharestate.app.report import ReportError, write_report
+    from sharestate.spark.console import heartbeat
 
     try:
-        written = write_report(args.warehouse, args.out, backend=args.backend,
-                               verbose=args.verbose)
+        with heartbeat("report"):
+            written = write_report(args.warehouse, args.out, backend=args.backend,
+                                   verbose=args.verbose)
     except ReportError as exc:
         raise UsageError(str(exc)) from None
     print(f"report: {written.path}")

@@ -96,8 +96,8 @@ def run_demo(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     for folder in (logs, warehouse):
         if folder.exists():
             shutil.rmtree(folder)
-    phase("simulate")
-    result = simulate(demo_config(args.records, args.seed), logs)
+    with phase("simulate"):
+        result = simulate(demo_config(args.records, args.seed), logs)
     ends = logs / END_OFFSETS_FILE
     say(f"simulated: {result.summary_line()}")
     status = run(parser().parse_args(["--source", str(logs), "--warehouse", str(warehouse),
@@ -106,21 +106,21 @@ def run_demo(args: argparse.Namespace, say: Callable[[str], None]) -> int:
                                       str(logs),
                                       *(["--verbose"] if args.verbose else [])]),
                  (*JOBS, QUALITY))
-    phase("summary")
-    spark = build_session("sharestate")
-    register_views(spark, warehouse)
-    for title, query in SUMMARY_QUERIES.items():
-        rows = [r.asDict() for r in spark.sql(query).collect()]
-        say(f"\n{title}:")
-        for row in rows:
-            say(_line(row))
-    unplanned = [f"{r['what']} ({r['n']})" for r in spark.sql(UNPLANNED.format(
-        rules=_quoted(PLANTED), checks=_quoted(PLANTED_CHECKS))).collect()]
-    planted = {r["rule"]: r["n"] for r in spark.sql(
-        f"SELECT rule, count(*) AS n FROM audit_findings WHERE rule IN ({_quoted(PLANTED)}) "
-        f"GROUP BY rule").collect()}
-    phase("report")
-    report = write_report(warehouse, warehouse / "report.html", spark=spark)
+    with phase("summary"):
+        spark = build_session("sharestate")
+        register_views(spark, warehouse)
+        for title, query in SUMMARY_QUERIES.items():
+            rows = [r.asDict() for r in spark.sql(query).collect()]
+            say(f"\n{title}:")
+            for row in rows:
+                say(_line(row))
+        unplanned = [f"{r['what']} ({r['n']})" for r in spark.sql(UNPLANNED.format(
+            rules=_quoted(PLANTED), checks=_quoted(PLANTED_CHECKS))).collect()]
+        planted = {r["rule"]: r["n"] for r in spark.sql(
+            f"SELECT rule, count(*) AS n FROM audit_findings WHERE rule IN ({_quoted(PLANTED)}) "
+            f"GROUP BY rule").collect()}
+    with phase("report"):
+        report = write_report(warehouse, warehouse / "report.html", spark=spark)
     say(f"\nfound (the report's verdicts): {' · '.join(report.verdicts)}")
     if unplanned:
         say(f"not planted by the simulated log: {', '.join(unplanned)}: the pipeline's exit "

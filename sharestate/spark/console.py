@@ -4,7 +4,10 @@ console output only when asked for.
 A command of several phases (`run`, `demo`) prints one line on stderr as each begins, once
 its arguments and the warehouse lease are checked (`[sharestate] ingest`), on a terminal or
 not: a phase lasts seconds to minutes, so a log gets a handful of lines, and no line is
-ever rewritten. Results stay on stdout; errors are `sharestate: error: ...` lines.
+ever rewritten. While a phase or another long operation (`report`, `quality`,
+`executor_env`) works, a terminal gets a heartbeat every `HEARTBEAT_SECONDS`
+(`[sharestate] ingest: still working (40 s)`); a log does not.
+Results stay on stdout; errors are `sharestate: error: ...` lines.
 
 A JVM that `build_session` starts itself is quiet unless `spark.sharestate.verbose` is
 true (`--verbose`): it logs with `log4j2.properties` beside this module (Spark's layout at
@@ -24,6 +27,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,9 +50,47 @@ DROPPED_LINES = (b"WARNING: Using incubator modules: ", b"Picked up JAVA_TOOL_OP
                  b"Picked up _JAVA_OPTIONS: ")
 
 
-def phase(text: str) -> None:
-    """One progress line on stderr: a phase of the command begins."""
+HEARTBEAT_SECONDS = 10.0
+
+
+@contextmanager
+def phase(text: str) -> Iterator[None]:
+    """A phase of the command: one progress line on stderr as it begins, and a heartbeat
+    while it works."""
     print(f"[sharestate] {text}", file=sys.stderr, flush=True)
+    with heartbeat(text):
+        yield
+
+
+@contextmanager
+def heartbeat(what: str, every: float = HEARTBEAT_SECONDS) -> Iterator[None]:
+    """While the block runs, `[sharestate] what: still working (N s)` on stderr every `every`
+    seconds, when stderr is a terminal (nothing otherwise)."""
+    try:
+        terminal = sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without a file, or closed
+        terminal = False
+    if not terminal:
+        yield
+        return
+    done = threading.Event()
+    start = time.monotonic()
+
+    def beat() -> None:
+        while not done.wait(every):
+            try:
+                print(f"[sharestate] {what}: still working ({time.monotonic() - start:.0f} s)",
+                      file=sys.stderr, flush=True)
+            except (OSError, ValueError):  # stderr is gone: nothing more to say
+                return
+
+    thread = threading.Thread(target=beat, name="heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def verbose(settings: Mapping[str, str]) -> bool:

@@ -32,6 +32,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from sharestate import exit_codes
+from sharestate.spark.console import heartbeat
 
 EXECUTOR_PACKAGES = ("crc32c", "cramjam", "lz4", "zstandard", "numpy", "pyarrow", "pandas",
                      "deltalake", "confluent-kafka")
@@ -103,7 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the sharestate wheel to install (default: built from this checkout)")
     args = parser.parse_args(argv)
     try:
-        path = pack(args.out, args.wheel)
+        with heartbeat("executor-env"):
+            path = pack(args.out, args.wheel)
     except PackError as exc:
         print(f"sharestate: error: {exc}", file=sys.stderr)
         return exit_codes.USAGE

@@ -18,7 +18,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -297,33 +297,34 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
         # ingest followed by decode is one pass: ingest writes the silver tables as well
         fused = "ingest" in jobs and "decode" in jobs
         for job in jobs:
-            if not (job == "decode" and fused):
-                console.phase("quality gate" if job == QUALITY else job)
-            if job == "ingest":
-                reports.append(ingest(
-                    spark, warehouse, args.source, run_id=run_id, full=args.full,
-                    kafka_options=kafka_options, silver=fused,
-                    limits=ReadLimits(max_batch_records=args.max_batch_records,
-                                      max_findings=args.max_findings),
-                    executors=kernels))
-            elif job == "decode":
-                if not fused:
-                    reports.append(decode(spark, warehouse, run_id=run_id,
-                                                   only_run=args.run_id))
-            elif job == "replay":
-                reports.append(replay(spark, warehouse, run_id=run_id, options=gold,
-                                      executors=kernels))
-            elif job == QUALITY:
-                from sharestate.spark.quality_job import quality_job
+            announced = (nullcontext() if job == "decode" and fused  # ingest decodes
+                         else console.phase("quality gate" if job == QUALITY else job))
+            with announced:
+                if job == "ingest":
+                    reports.append(ingest(
+                        spark, warehouse, args.source, run_id=run_id, full=args.full,
+                        kafka_options=kafka_options, silver=fused,
+                        limits=ReadLimits(max_batch_records=args.max_batch_records,
+                                          max_findings=args.max_findings),
+                        executors=kernels))
+                elif job == "decode":
+                    if not fused:
+                        reports.append(decode(spark, warehouse, run_id=run_id,
+                                              only_run=args.run_id))
+                elif job == "replay":
+                    reports.append(replay(spark, warehouse, run_id=run_id, options=gold,
+                                          executors=kernels))
+                elif job == QUALITY:
+                    from sharestate.spark.quality_job import quality_job
 
-                reports.append(quality_job(spark, warehouse, run_id=run_id,
-                                           delivery_limit=args.delivery_limit))
-            else:
-                try:
-                    reports.append(analytics(spark, warehouse, run_id=run_id,
-                                             inputs=inputs))
-                except EndOffsetSourceError as exc:
-                    raise ArgumentError(str(exc)) from None
+                    reports.append(quality_job(spark, warehouse, run_id=run_id,
+                                               delivery_limit=args.delivery_limit))
+                else:
+                    try:
+                        reports.append(analytics(spark, warehouse, run_id=run_id,
+                                                 inputs=inputs))
+                    except EndOffsetSourceError as exc:
+                        raise ArgumentError(str(exc)) from None
             if len(reports) > printed:  # its line as soon as the job is done
                 _print_report(reports[-1])
                 printed = len(reports)
