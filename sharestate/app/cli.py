@@ -474,27 +474,36 @@ SQL_FORMATS = ("table", "jsonl", "csv")
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    """Run one Spark SQL query over every table of a warehouse, each by its name (on the jvm
-    backend a catalog table, so Delta's own SQL works: VERSION AS OF, TIMESTAMP AS OF,
-    DESCRIBE HISTORY; on rs a view, where those are refused saying how to get them).
+    """Run Spark SQL over every table of a warehouse, each by its name (on the jvm backend a
+    catalog table, so Delta's own SQL works: VERSION AS OF, TIMESTAMP AS OF, DESCRIBE
+    HISTORY; on rs a view, where those are refused saying how to get them): one query, the
+    statements of a --file, or, without either, a prompt in one Spark session (statements
+    from a pipe when stdin is no terminal). At the prompt, statements end with ';', \\d
+    lists the tables and their columns, \\d TABLE one table's, \\q quits.
 
     Read-only: a statement that writes (INSERT, CREATE TABLE ... AS, INSERT OVERWRITE
     DIRECTORY, SET, DELETE, ...) or calls out of SQL (reflect(), TRANSFORM ... USING, ADD
     JAR) is refused before anything runs. A refused or failed query exits 4 with one line
-    naming Spark's error class (the Java stack with --verbose). --write (jvm backend) also runs
-    DELETE, UPDATE, MERGE, OPTIMIZE, VACUUM (under Delta's retention check) and RESTORE of
-    the warehouse's tables by name, and no other statement that writes; call-outs stay
-    refused. Times print in the session's time zone (spark.sql.session.timeZone, UTC unless
-    --conf says otherwise), the one Spark reads time literals in.
+    naming Spark's error class (the Java stack with --verbose); at the prompt the line is
+    printed and the prompt goes on, a --file or a pipe stops there with that status. --write
+    (jvm backend) also runs DELETE, UPDATE, MERGE, OPTIMIZE, VACUUM (under Delta's retention
+    check) and RESTORE of the warehouse's tables by name, and no other statement that
+    writes; call-outs stay refused. Times print in the session's time zone
+    (spark.sql.session.timeZone, UTC unless --conf says otherwise), the one Spark reads time
+    literals in.
     """
     import tempfile
 
+    from sharestate.app.sql_session import BadCommand, Session, describe, history_file
     from sharestate.lake import find_tables, open_lake, register_views
     from sharestate.lake.integrity import DamagedTable, check_warehouse
     from sharestate.lake.read_only import session_settings
-    from sharestate.spark.console import jvm_logging_off
+    from sharestate.spark.console import heartbeat, jvm_logging_off
     from sharestate.spark.session import SettingError, build_session
 
+    if args.query is not None and args.file is not None:
+        raise UsageError("a query or --file, not both")
+    script = None if args.file is None else _statements_file(args.file)
     if not find_tables(args.warehouse):
         raise UsageError(f"no Delta tables under {args.warehouse}")
     try:
@@ -526,16 +535,54 @@ def cmd_sql(args: argparse.Namespace) -> int:
                     print(f"not there yet at {AsOf(time=args.as_of_time).describe()}: "
                           f"{', '.join(absent)}",
                           file=sys.stderr)
-            columns, rows, zone = _run_statement(spark, args,
-                                                 delta_sql=open_lake(spark).backend == "jvm")
+            delta_sql = open_lake(spark).backend == "jvm"
+
+            def execute(statement: str) -> tuple[list[str], list[dict[str, Any]], str | None]:
+                with heartbeat("sql"):
+                    return _run_statement(spark, args, statement, delta_sql=delta_sql)
+
+            if args.query is None:
+                with _output(args.output) as out:
+                    session = Session(
+                        execute, lambda name: describe(spark, registered, name),
+                        lambda sink, result: write_rows(sink, result[1], result[0],
+                                                        args.format, zone=result[2]),
+                        out, {QueryError: EXIT_QUERY, UsageError: EXIT_USAGE,
+                              BadCommand: EXIT_USAGE})
+                    if script is not None:
+                        return session.run_lines(script.splitlines())
+                    if not sys.stdin.isatty():
+                        return session.run_lines(sys.stdin)
+                    print(f"{len(registered)} tables of {args.warehouse} "
+                          f"({open_lake(spark).backend} backend); \\d lists them, \\q quits",
+                          file=sys.stderr)
+                    return session.prompt(history_file())
+            columns, rows, zone = execute(args.query)
     with _output(args.output) as out:
         write_rows(out, rows, columns, args.format, zone=zone)
     return EXIT_OK
 
 
-def _run_statement(spark: Any, args: argparse.Namespace, *, delta_sql: bool
+SQL_FILE_LIMIT = 16 << 20
+"""The largest --file of statements read."""
+
+
+def _statements_file(path: str) -> str:
+    """The text of a --file of statements, else UsageError."""
+    from sharestate.log.files import read_regular
+
+    try:
+        return read_regular(path, limit=SQL_FILE_LIMIT).decode("utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"cannot read {path}: not UTF-8 text ({exc.reason} at byte "
+                         f"{exc.start})") from None
+
+
+def _run_statement(spark: Any, args: argparse.Namespace, statement: str, *, delta_sql: bool
                    ) -> tuple[list[str], list[dict[str, Any]], str | None]:
-    """Check and run the statement: its columns, its rows and, where they hold times, the
+    """Check and run `statement`: its columns, its rows and, where they hold times, the
     time zone they are in (the session's); else QueryError."""
     from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
     from pyspark.errors import PySparkException
@@ -551,7 +598,7 @@ def _run_statement(spark: Any, args: argparse.Namespace, *, delta_sql: bool
     spark.conf.set("spark.sql.pyspark.jvmStacktrace.enabled", str(args.verbose).lower())
     try:
         with _write_lease(args):
-            plan = check_statement(spark, args.query, write=args.write, delta_sql=delta_sql)
+            plan = check_statement(spark, statement, write=args.write, delta_sql=delta_sql)
             dataset = spark._jvm.org.apache.spark.sql.classic.Dataset.ofRows(
                 spark._jsparkSession, plan)
             frame, timed = _times_as_text(DataFrame(dataset, spark))
@@ -673,7 +720,12 @@ def _add_sql(sub: Any) -> None:
                          metavar="SECONDS", help="with --write: wait this long for the "
                                                  "warehouse lease another writer holds")
     arguments.add_verbose_argument(command, also=", and Spark's Java stack of a failed query")
-    command.add_argument("query", help="a Spark SQL query; tables are views by name")
+    command.add_argument("--file", "-f", metavar="FILE",
+                         help="run this file's statements (each ending with ;) in one "
+                              "session, stopping at the first that fails")
+    command.add_argument("query", nargs="?",
+                         help="a Spark SQL query; tables are views by name (without a query "
+                              "or --file: a prompt)")
     command.set_defaults(func=cmd_sql)
 
 
