@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined,unused-ignore]
 
 from sharestate.cluster.kafka_options import FORCED, KafkaOptionError, KafkaReadOptions
 
@@ -31,8 +31,8 @@ CONSUMER_VISIBILITY = (
     "and record batch headers (producer id/epoch, sequence, batch offsets, compression, CRC) "
     "are invisible; offsets taken by control records are gaps")
 """What the live source cannot see, stated in every plan's metadata."""
-FIRST_OFFSET = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
-NEXT_OFFSET = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+FIRST_OFFSET = OffsetSpec.earliest()  # type: ignore[no-untyped-call,unused-ignore]
+NEXT_OFFSET = OffsetSpec.latest()  # type: ignore[no-untyped-call,unused-ignore]
 
 
 class KafkaSourceError(RuntimeError):
