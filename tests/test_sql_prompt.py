@@ -1,12 +1,13 @@
 """`sharestate sql` in one session: the prompt driven through a pseudo-terminal (every
-cookbook query, `\\d`, the read-only door, the history), `--file` and a pipe (stopping at the
-first failure with its status), and the statement splitter."""
+cookbook query, `\\d`, the read-only door, a commit made meanwhile, the history), `--file`
+and a pipe (stopping at the first failure with its status), and the statement splitter."""
 
 from __future__ import annotations
 
 import io
 import os
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import PROJECT_ROOT, SimulatedWarehouse
+from deltalake import DeltaTable, write_deltalake
 from terminal import Terminal
 
 from sharestate.app.cli import main
@@ -36,7 +38,8 @@ def cookbook_queries() -> list[str]:
 @pytest.mark.slow
 def test_prompt_runs_the_cookbook_in_one_session(
         spark: Any, simulated_warehouse: SimulatedWarehouse, tmp_path: Path) -> None:
-    warehouse = simulated_warehouse.warehouse
+    warehouse = tmp_path / "warehouse"  # a copy: a commit is made to it below
+    shutil.copytree(simulated_warehouse.warehouse, warehouse)
     env = {**os.environ, "TERM": "dumb", "HOME": str(tmp_path),
            "XDG_STATE_HOME": str(tmp_path / "state")}
     started = time.monotonic()
@@ -79,6 +82,16 @@ def test_prompt_runs_the_cookbook_in_one_session(
         assert "sharestate: error: unknown command \\x" in unknown, unknown
         after, _ = statement(terminal, count)
         assert ROWS.search(after) and _rows(after) == _rows(before)
+
+        # a commit made meanwhile (a run's, say) is read by the next statement
+        findings = "SELECT count(*) AS n FROM audit_findings;"
+        counted, _ = statement(terminal, findings)
+        table = warehouse / "audit_findings"
+        write_deltalake(str(table), DeltaTable(str(table)).to_pyarrow_table().slice(0, 1),
+                        mode="append")
+        recounted, _ = statement(terminal, findings)
+        assert [int(n) + 1 for n in _rows(counted)] == [int(n) for n in _rows(recounted)], \
+            recounted
         terminal.type("\\q")
     finally:
         status = terminal.close()

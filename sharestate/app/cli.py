@@ -494,8 +494,15 @@ def cmd_sql(args: argparse.Namespace) -> int:
     """
     import tempfile
 
-    from sharestate.app.sql_session import BadCommand, Session, describe, history_file
-    from sharestate.lake import find_tables, open_lake, register_views
+    from sharestate.app.sql_session import (
+        BadCommand,
+        Rows,
+        Session,
+        Tables,
+        describe,
+        history_file,
+    )
+    from sharestate.lake import find_tables, open_lake
     from sharestate.lake.integrity import DamagedTable, check_warehouse
     from sharestate.lake.read_only import session_settings
     from sharestate.spark.console import heartbeat, jvm_logging_off
@@ -527,24 +534,28 @@ def cmd_sql(args: argparse.Namespace) -> int:
             if args.write and open_lake(spark).backend != "jvm":
                 raise UsageError("--write needs the jvm backend (Delta's SQL): Delta's jars on "
                                  "the classpath and --backend jvm")
-            registered = register_views(spark, args.warehouse, catalog=True,
-                                        as_of_time=args.as_of_time)
+            tables = Tables(spark, args.warehouse, as_of_time=args.as_of_time)
             if args.as_of_time is not None:
-                absent = sorted(set(find_tables(args.warehouse)) - set(registered))
+                absent = sorted(set(find_tables(args.warehouse)) - set(tables.names))
                 if absent:
                     print(f"not there yet at {AsOf(time=args.as_of_time).describe()}: "
                           f"{', '.join(absent)}",
                           file=sys.stderr)
             delta_sql = open_lake(spark).backend == "jvm"
 
-            def execute(statement: str) -> tuple[list[str], list[dict[str, Any]], str | None]:
+            def execute(statement: str) -> Rows:
+                tables.refresh()
                 with heartbeat("sql"):
                     return _run_statement(spark, args, statement, delta_sql=delta_sql)
+
+            def describe_tables(name: str) -> Rows:
+                tables.refresh()
+                return describe(spark, tables.names, name)
 
             if args.query is None:
                 with _output(args.output) as out:
                     session = Session(
-                        execute, lambda name: describe(spark, registered, name),
+                        execute, describe_tables,
                         lambda sink, result: write_rows(sink, result[1], result[0],
                                                         args.format, zone=result[2]),
                         out, {QueryError: EXIT_QUERY, UsageError: EXIT_USAGE,
@@ -553,7 +564,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
                         return session.run_lines(script.splitlines())
                     if not sys.stdin.isatty():
                         return session.run_lines(sys.stdin)
-                    print(f"{len(registered)} tables of {args.warehouse} "
+                    print(f"{len(tables.names)} tables of {args.warehouse} "
                           f"({open_lake(spark).backend} backend); \\d lists them, \\q quits",
                           file=sys.stderr)
                     return session.prompt(history_file())

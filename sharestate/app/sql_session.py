@@ -199,6 +199,49 @@ class Session:
                     print("sharestate: error: cancelled", file=sys.stderr, flush=True)
 
 
+class Tables:
+    """The warehouse's tables by name, as the session registered them (`register_views`).
+
+    An rs view reads the files of the version it was made from, so before each statement
+    the views are made again when a table's Delta log has a newer commit (or a table
+    appeared) since: a session open while a run commits answers from what the run wrote.
+    Catalog tables (jvm) read their latest version by themselves, and --as-of-time views stay
+    at their time.
+    """
+
+    def __init__(self, spark: Any, warehouse: str, *, as_of_time: int | None) -> None:
+        from sharestate.lake import open_lake, register_views
+
+        self._spark = spark
+        self._warehouse = warehouse
+        self.names = register_views(spark, warehouse, catalog=True, as_of_time=as_of_time)
+        follow = as_of_time is None and open_lake(spark).backend != "jvm"
+        self._commits = _last_commits(warehouse) if follow else None
+
+    def refresh(self) -> None:
+        """The views made again if a table has a newer commit than they read."""
+        from sharestate.lake import register_views
+
+        if self._commits is None:
+            return
+        commits = _last_commits(self._warehouse)
+        if commits != self._commits:
+            self.names = register_views(self._spark, self._warehouse, catalog=True)
+            self._commits = commits
+
+
+def _last_commits(warehouse: str) -> dict[str, str]:
+    """Each table's newest commit file name (its version)."""
+    from sharestate.lake import find_tables
+
+    last = {}
+    for name, path in find_tables(warehouse).items():
+        with suppress(OSError):  # check_warehouse said what it could not read
+            last[name] = max((entry for entry in os.listdir(path / "_delta_log")
+                              if entry.endswith(".json") and entry[:20].isdigit()), default="")
+    return last
+
+
 def describe(spark: Any, tables: list[str], name: str) -> Rows:
     """`\\d`: each table with its columns; `\\d NAME`: that table's columns and types."""
     if not name:
