@@ -119,8 +119,9 @@ class Reader:
 
 
 class Session:
-    """Runs statements and commands, writing their rows to `out` in `fmt`; `failures` maps
-    the exceptions `execute` raises for a statement to their exit statuses."""
+    """Runs statements (`execute`) and commands (`\\d`: `describe`), each result written to
+    `out` by `write`; `failures` maps the exceptions they raise for bad input to exit
+    statuses."""
 
     def __init__(self, execute: Callable[[str], Rows], describe: Callable[[str], Rows],
                  write: Callable[[SupportsWrite[str], Rows], None], out: Any,
