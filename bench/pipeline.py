@@ -1,19 +1,24 @@
 """End-to-end pipeline throughput on a simulated log, with 1 and 2 local cores, or on a
-Spark cluster against 2 local cores.
+Spark cluster against 2 local cores, on one Delta backend or both side by side.
 
 Runs every job (ingest, decode, replay, analytics) on `local[1]` and on `local[2]` with
 `spark.driver.memory=1g`, each in a fresh process into a fresh warehouse, and reports
 records/s (share-state records of the input over the wall time of the run) and the peak RSS
-of the driver (the JVM driver and its Python process). With `--repeat N` (default 3) the two
-settings run N times, alternating so that a slow spell of a shared machine hits both, and
-the median run of each counts. The simulated log (8 partitions of
+of the driver (the JVM driver and its Python process). With `--repeat N` (default 3) the
+settings run N times, alternating so that a slow spell of a shared machine hits them all,
+and the median run of each counts. The simulated log (8 partitions of
 `__share_group_state` by default, so replay has work for both cores) is generated once
 into `bench/.cache/` (default 5,000,000 records). The last line printed is one JSON object.
 
+`--backend rs jvm` runs each setting on both Delta backends (`jvm`: Spark's own Delta from
+the pinned jars, `make jars`) and reports the ratio of their median wall times (jvm over
+rs); `--cores 2` leaves out the 1-core runs.
+
 With `--master spark://HOST:PORT` the runs are `spark-submit pipelines/run_all.py` onto that
 master as the README says to run them (the packed executor environment, built once into
-`bench/.cache/`, on `--archives`), against `local[2]`; the source and warehouse must be
-paths the cluster's nodes read (here: the same machine).
+`bench/.cache/`, on `--archives`; Delta's pinned jars on `--jars` for `jvm`), against
+`local[2]`; the source and warehouse must be paths the cluster's nodes read (here: the same
+machine).
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ import time
 from pathlib import Path
 
 from replay import simulated
+
+from sharestate.arguments import BACKEND_CONF
 
 
 def _tree(pid: int) -> list[int]:
@@ -51,6 +58,13 @@ def _tree(pid: int) -> list[int]:
     return found
 
 
+def _is_java(pid: int) -> bool:
+    try:
+        return "java" in Path(f"/proc/{pid}/comm").read_text(errors="ignore")
+    except OSError:  # gone since it was listed
+        return False
+
+
 def _rss_mb(pid: int) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -65,27 +79,32 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 ENVIRONMENT = PROJECT_ROOT / "bench" / ".cache" / "sharestate-env.tar.gz"
 
 
-def _command(source: Path, warehouse: Path, master: str) -> tuple[list[str], dict[str, str]]:
+def _command(source: Path, warehouse: Path, master: str, backend: str
+             ) -> tuple[list[str], dict[str, str]]:
     """How a run on `master` starts: in-process jobs on a local master, spark-submit with
-    the packed executor environment on a cluster."""
-    settings = ["--conf", "spark.driver.memory=1g", "--conf", "spark.ui.enabled=false"]
+    the packed executor environment (and for `jvm` Delta's pinned jars) on a cluster."""
+    settings = ["--conf", "spark.driver.memory=1g", "--conf", "spark.ui.enabled=false",
+                "--conf", f"{BACKEND_CONF}={backend}"]
+    job = ["--source", str(source), "--warehouse", str(warehouse)]
     if master.startswith("local["):
         cores = int(master[6:-1])
-        return ([sys.executable, "-m", "sharestate.spark.run", "--source", str(source),
-                 "--warehouse", str(warehouse), "--master", master, *settings,
-                 "--conf", f"spark.sql.shuffle.partitions={cores * 2}"], dict(os.environ))
+        return ([sys.executable, "-m", "sharestate.spark.run", *job, "--master", master,
+                 *settings, "--conf", f"spark.sql.shuffle.partitions={cores * 2}"],
+                dict(os.environ))
+    from sharestate.jars import delta_jars
+
     env = {**os.environ, "PYSPARK_DRIVER_PYTHON": sys.executable,
            "PYSPARK_PYTHON": "./environment/bin/python"}
+    jars = ["--jars", ",".join(str(p) for p in delta_jars().paths)] if backend == "jvm" else []
     return ([str(Path(sys.executable).parent / "spark-submit"), "--master", master,
-             "--archives", f"{ENVIRONMENT}#environment", *settings,
-             str(PROJECT_ROOT / "pipelines" / "run_all.py"), "--source", str(source),
-             "--warehouse", str(warehouse)], env)
+             "--archives", f"{ENVIRONMENT}#environment", *jars, *settings,
+             str(PROJECT_ROOT / "pipelines" / "run_all.py"), *job], env)
 
 
-def run_once(source: Path, master: str) -> tuple[float, float]:
+def run_once(source: Path, master: str, backend: str) -> tuple[float, float]:
     """(seconds, peak driver RSS in MB) of one whole-pipeline run on `master`."""
     with tempfile.TemporaryDirectory() as tmp:
-        command, env = _command(source, Path(tmp) / "wh", master)
+        command, env = _command(source, Path(tmp) / "wh", master, backend)
         start = time.perf_counter()
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                    env=env)
@@ -96,8 +115,7 @@ def run_once(source: Path, master: str) -> tuple[float, float]:
             nonlocal peak
             while not done.is_set():
                 # The driver is the Python process and its JVM; Python workers are executors.
-                pids = [p for p in _tree(process.pid) if p == process.pid
-                        or "java" in Path(f"/proc/{p}/comm").read_text(errors="ignore")]
+                pids = [p for p in _tree(process.pid) if p == process.pid or _is_java(p)]
                 peak = max(peak, sum(_rss_mb(p) for p in pids))
                 time.sleep(0.5)
 
@@ -121,43 +139,78 @@ def main() -> None:
                         help="runs of each setting, alternating; the median counts")
     parser.add_argument("--master", metavar="spark://HOST:PORT",
                         help="time spark-submit onto this cluster against local[2]")
+    parser.add_argument("--backend", nargs="+", choices=("rs", "jvm"), default=["rs"],
+                        help="Delta backends to run, side by side (default: rs)")
+    parser.add_argument("--cores", nargs="+", type=int, choices=(1, 2), default=[1, 2],
+                        help="local cores to run with (default: 1 and 2)")
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
     if args.master is not None and not args.master.startswith("spark://"):
         parser.error("--master must be spark://HOST:PORT")
+    if "jvm" in args.backend:
+        from sharestate.jars import delta_jars
+
+        if not delta_jars().present:
+            parser.error("--backend jvm needs Delta's pinned jars: run `make jars`")
     source = simulated(args.records, args.state_partitions)
     shutil.rmtree(source / "_unused", ignore_errors=True)
-    masters = ["local[1]", "local[2]"] if args.master is None else [args.master, "local[2]"]
+    local = [f"local[{n}]" for n in sorted(set(args.cores))]
+    masters = local if args.master is None else [args.master, "local[2]"]
     if args.master is not None and not ENVIRONMENT.is_file():
         from sharestate.spark.executor_env import pack
 
         pack(ENVIRONMENT)
-    seconds: dict[str, list[float]] = {master: [] for master in masters}
+    settings = [(master, backend) for master in masters for backend in args.backend]
+    seconds: dict[tuple[str, str], list[float]] = {setting: [] for setting in settings}
     peak = 0.0
     for _ in range(args.repeat):
-        for master in masters:
-            wall, rss = run_once(source, master)
-            print(f"{master}: {wall:.1f} s, peak driver RSS {rss:.0f} MB", file=sys.stderr)
-            seconds[master].append(wall)
+        for master, backend in settings:
+            wall, rss = run_once(source, master, backend)
+            print(f"{master} {backend}: {wall:.1f} s, peak driver RSS {rss:.0f} MB",
+                  file=sys.stderr)
+            seconds[master, backend].append(wall)
             peak = max(peak, rss)
-    first, second = (statistics.median(seconds[master]) for master in masters)
-    names = ("1core", "2cores") if args.master is None else ("cluster", "2cores")
-    figures = {
-        "records": args.records,
-        **({} if args.master is None else {"master": args.master}),
-        f"records_per_s_{names[0]}": round(args.records / first),
-        f"records_per_s_{names[1]}": round(args.records / second),
-        ("speedup_2_vs_1" if args.master is None else "cluster_vs_2cores"): round(
-            first / second if args.master is None else second / first, 2),
-        "peak_driver_rss_mb": round(peak, 1),
-        "runs": args.repeat,
-        f"seconds_{names[0]}": [round(s, 1) for s in seconds[masters[0]]],
-        f"seconds_{names[1]}": [round(s, 1) for s in seconds[masters[1]]],
-    }
-    for name, value in figures.items():
-        print(f"{name:>22}: {value}", file=sys.stderr)
-    print(json.dumps(figures))
+    print(json.dumps(figures(args, masters, seconds, peak)))
+
+
+def _name(master: str) -> str:
+    return "cluster" if master.startswith("spark://") else f"{master[6:-1]}core" + (
+        "s" if master != "local[1]" else "")
+
+
+def figures(args: argparse.Namespace, masters: list[str],
+            seconds: dict[tuple[str, str], list[float]], peak: float) -> dict[str, object]:
+    """The figures of an invocation, printed one a line on stderr: records/s of each
+    setting's median run (keys name the backend when several ran), the speed-ups of 2
+    cores over 1 and of a cluster against `local[2]`, jvm's time over rs's, every run."""
+    several = len(args.backend) > 1
+    median = {setting: statistics.median(runs) for setting, runs in seconds.items()}
+    out: dict[str, object] = {"records": args.records,
+                              **({} if args.master is None else {"master": args.master})}
+    for (master, backend), wall in median.items():
+        suffix = f"_{backend}" if several else ""
+        out[f"records_per_s_{_name(master)}{suffix}"] = round(args.records / wall)
+    for backend in args.backend:
+        suffix = f"_{backend}" if several else ""
+        if args.master is not None:
+            out[f"cluster_vs_2cores{suffix}"] = round(
+                median["local[2]", backend] / median[args.master, backend], 2)
+        elif len(masters) == 2:
+            out[f"speedup_2_vs_1{suffix}"] = round(
+                median["local[1]", backend] / median["local[2]", backend], 2)
+    if several:
+        for master in masters:
+            out[f"jvm_vs_rs_{_name(master)}"] = round(
+                median[master, "jvm"] / median[master, "rs"], 2)
+    out["peak_driver_rss_mb"] = round(peak, 1)
+    out["runs"] = args.repeat
+    for (master, backend), runs in seconds.items():
+        suffix = f"_{backend}" if several else ""
+        out[f"seconds_{_name(master)}{suffix}"] = [round(s, 1) for s in runs]
+    for name, value in out.items():
+        print(f"{name:>26}: {value}", file=sys.stderr)
+    return out
 
 
 if __name__ == "__main__":

@@ -60,8 +60,19 @@ def tables_written(tmp: Path) -> dict[str, Any]:
     assert delta_classes_loaded(session), "a session for the jvm backend lacks Delta's classes"
     lakes = {name: open_lake(session, name) for name in ("rs", "jvm")}
     seen: dict[str, Any] = {}
-    for writer, lake in lakes.items():
-        path = tmp / writer
+    # A table with a CHECK constraint (writer protocol 3) is written by Delta's own writer,
+    # which enforces it, not committed from files the executors wrote (which would not).
+    checked = tmp / "jvm_checked"
+    lakes["jvm"].create(checked, SCHEMA, partition_by=["topic", "partition"],
+                        properties={"sharestate.layer": "bronze"})
+    session.sql(f"ALTER TABLE delta.`{checked}` ADD CONSTRAINT counted CHECK (offset >= 0)")
+    try:
+        lakes["jvm"].append(batch(session, 0, range(-1, 0), b"x"), checked)
+        seen["constraint"] = "not enforced"
+    except Exception as exc:  # Delta's error, whatever class it has
+        seen["constraint"] = "enforced" if "DELTA_VIOLATE_CONSTRAINT" in str(exc) else str(exc)
+    for writer, path in (("rs", tmp / "rs"), ("jvm", tmp / "jvm"), ("jvm_checked", checked)):
+        lake = lakes[writer.removesuffix("_checked")]
         seen[writer] = {"history": run_scenario(session, lake, path)}
         for name, reader in lakes.items():
             seen[writer][name] = {
@@ -91,6 +102,12 @@ def test_rs_and_jvm_write_the_same_tables(tmp_path: Path) -> None:
     assert seen["rs"]["history"] == seen["jvm"]["history"]
     for reader in ("rs", "jvm"):  # each backend sees the two tables alike
         assert seen["rs"][reader] == seen["jvm"][reader], reader
+    # the constrained table: one more commit (the constraint) before the same writes
+    assert seen["constraint"] == "enforced"
+    assert seen["jvm_checked"]["history"][:-1] == seen["rs"]["history"]
+    for reader in ("rs", "jvm"):
+        assert {**seen["jvm_checked"][reader], "version_1": None} == {
+            **seen["rs"][reader], "version_1": None}, reader
     # and both backends see the same table (the frames' nullability is the reader's own:
     # delta-rs reads through Arrow, which marks every column nullable)
     views = [{k: v for k, v in seen[writer][reader].items() if k != "frame_schema"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -153,3 +154,32 @@ def test_find_tables_names_views_by_relative_path(tmp_path: Path) -> None:
         "gold_share_state": tmp_path / "gold/share-state",
         "log_records": tmp_path / "log_records",
     }
+
+
+def test_staged_rows_come_back_per_table_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`stage` holds each table's rows as Arrow streams of up to STAGE_ROWS rows (columns
+    in the table's order); `unstage` gives back exactly those rows."""
+    from sharestate.lake import staged
+
+    monkeypatch.setattr(staged, "STAGE_ROWS", 4)
+
+    def produce(batches: Any) -> Any:
+        for batch in batches:
+            n = batch.num_rows
+            yield "a", pa.RecordBatch.from_pydict({"y": [str(v) for v in range(n)],
+                                                   "x": list(range(n))})
+            yield "b", pa.RecordBatch.from_pydict({"z": [1.5] * (n % 2)})
+
+    inputs = [pa.RecordBatch.from_pydict({"i": list(range(n))}) for n in (3, 2, 5)]
+    chunks = list(staged.stage(iter(inputs), produce=produce,
+                               columns={"a": ["x", "y"], "b": ["z"]}))
+    tables = [c.column("table")[0].as_py() for c in chunks]
+    assert tables == ["a", "a", "b"]  # a: 3+2 rows reach 4, then 5; b: what is left
+    schema = pa.schema([("x", pa.int32()), ("y", pa.string())])
+    rows = pa.Table.from_batches(staged.unstage(
+        iter(c for c in chunks if c.column("table")[0].as_py() == "a"), schema=schema))
+    assert rows.schema == schema
+    assert rows.column("x").to_pylist() == [0, 1, 2, 0, 1, 0, 1, 2, 3, 4]
+    assert rows.column("y").to_pylist() == [str(v) for v in rows.column("x").to_pylist()]
+    assert sum(len(list(staged.unstage(iter([c]), schema=pa.schema([("z", pa.float64())]))))
+               for c in chunks if c.column("table")[0].as_py() == "b") == 2

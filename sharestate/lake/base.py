@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
@@ -121,19 +123,34 @@ class Lake(ABC):
 
         `produce(batches)` yields (target name, record batch in the table's columns). Each
         target is replaced as `overwrite` would (`partitions` None: the partitions written).
-        This implementation runs `produce` once, caches the tagged rows and writes each
-        table from them; a backend may write the tables' files straight from the tasks.
+        This implementation runs `produce` once, caches what it yields as compressed Arrow
+        streams (`sharestate.lake.staged`) and then writes the tables from them, side by side
+        (each table's write is one Spark job and one commit of its own); a backend may
+        write the tables' files straight from the tasks instead.
         """
         from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+        from pyspark.util import inheritable_thread_target
+
+        from sharestate.lake.staged import STAGED, stage, unstage
 
         schemas = {name: self.schema(t.path) for name, t in targets.items()}
-        union = _union_schema(schemas)
-        staged = df.mapInArrow(_tagged(produce, union), union).persist()
+        staged = df.mapInArrow(functools.partial(
+            stage, produce=produce, columns={name: s.names for name, s in schemas.items()}),
+            from_arrow_schema(STAGED)).persist()
+
+        @inheritable_thread_target(self.spark)
+        def write(name: str) -> int:
+            rows = staged.where(F.col("table") == name).select("rows").mapInArrow(
+                functools.partial(unstage, schema=to_arrow_schema(schemas[name])),
+                schemas[name])
+            return self.overwrite(rows, targets[name].path,
+                                  partitions=targets[name].partitions, metadata=metadata)
+
         try:
-            return {name: self.overwrite(staged.where(F.col(TABLE_TAG) == name)
-                                         .select(*schemas[name].names), t.path,
-                                         partitions=t.partitions, metadata=metadata)
-                    for name, t in targets.items()}
+            staged.count()  # produce runs once, here; the writes read the cache
+            with ThreadPoolExecutor(max(1, len(targets))) as pool:
+                return dict(zip(targets, pool.map(write, targets), strict=True))
         finally:
             staged.unpersist()
 
@@ -143,7 +160,6 @@ class Lake(ABC):
         return None
 
 
-TABLE_TAG = "__table"
 Produce = Callable[[Iterator[pa.RecordBatch]], Iterator[tuple[str, pa.RecordBatch]]]
 """An executor-side function: input Arrow batches -> (target table name, rows) pairs."""
 
@@ -154,36 +170,6 @@ class Target:
 
     path: TablePath
     partitions: Sequence[PartitionSpec] | None = None
-
-
-def _union_schema(schemas: Mapping[str, StructType]) -> StructType:
-    from pyspark.sql.types import StringType, StructField, StructType
-
-    fields: dict[str, StructField] = {}
-    for schema in schemas.values():
-        for field in schema.fields:
-            known = fields.get(field.name)
-            if known is not None and known.dataType != field.dataType:
-                raise ValueError(f"column {field.name} has different types in the targets")
-            fields[field.name] = StructField(field.name, field.dataType, True)
-    return StructType([*fields.values(), StructField(TABLE_TAG, StringType(), False)])
-
-
-def _tagged(produce: Produce, union: StructType) -> Callable[[Iterator[pa.RecordBatch]],
-                                                               Iterator[pa.RecordBatch]]:
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    arrow = to_arrow_schema(union)
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for name, rows in produce(batches):
-            n = rows.num_rows
-            yield pa.RecordBatch.from_arrays(
-                [rows.column(f.name) if f.name in rows.schema.names
-                 else pa.array([name] * n, pa.string()) if f.name == TABLE_TAG
-                 else pa.nulls(n, f.type) for f in arrow], schema=arrow)
-
-    return run
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,8 @@
 """The `rs` backend: Spark executors write Parquet, the driver commits with delta-rs.
 
-A write runs one Spark job (`mapInArrow` over `write_data_files`): each task writes its rows
-as Parquet files into the table folder and returns their paths, sizes, partition values and
-stats. The driver then commits one Delta transaction (`DeltaTable.create_write_transaction`)
-holding an add action per file and, for an overwrite, a remove action per replaced file.
-Nothing but file descriptions reaches the driver. Reads list the table's active files with
+The executors write the data files (`sharestate.lake.direct`); the driver commits one Delta
+transaction (`DeltaTable.create_write_transaction`) holding an add action per file and, for
+an overwrite, a remove action per replaced file. Reads list the table's active files with
 delta-rs and hand them to Spark's Parquet reader with `basePath`, so partition columns come
 back from the folder names and removed files are never read.
 
@@ -17,12 +15,12 @@ Local file systems only: executors write with plain file I/O.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -34,34 +32,16 @@ from deltalake.transaction import AddAction, RemoveAction
 from sharestate.lake.base import (
     ActiveFile,
     Commit,
-    Lake,
-    Produce,
-    Rows,
     TablePath,
-    Target,
     check_partition_columns,
     check_same_table,
-    conform,
-    conform_arrow,
     metadata_json,
     parse_metadata,
     parse_schema,
 )
-from sharestate.lake.data_files import (
-    FILE_ROWS,
-    MANY_FILE_ROWS,
-    DataFile,
-    TableTarget,
-    write_data_files,
-    write_many_data_files,
-)
-from sharestate.lake.partitions import (
-    PartitionSpec,
-    matches,
-    normalize_specs,
-    partition_string,
-    replace_where,
-)
+from sharestate.lake.data_files import DataFile
+from sharestate.lake.direct import DirectLake, Specs
+from sharestate.lake.partitions import matches, partition_string, replace_where
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -92,7 +72,48 @@ def read_table(path: TablePath, columns: Sequence[str] | None = None) -> pa.Tabl
                                                   filesystem=local)
 
 
-class RsLake(Lake):
+def list_files(path: TablePath) -> list[ActiveFile]:
+    """The table's current data files, with their partition values and statistics, from
+    its log as delta-rs reads it (ValueError: a table delta-rs cannot read)."""
+    actions = pa.table(_readable(path, None).get_add_actions(flatten=False)).to_pylist()
+    root = _root(path)
+    return [ActiveFile(os.path.join(root, urllib.parse.unquote(a["path"])),
+                       dict(a.get("partition") or {}), int(a["num_records"] or 0),
+                       dict(a.get("min") or {}), dict(a.get("max") or {}))
+            for a in actions]
+
+
+def table_layout(path: TablePath) -> tuple[StructType, list[str]]:
+    """The table's schema (as Spark's) and partition columns, from its log."""
+    table = DeltaTable(_root(path))
+    return _spark_schema(table), list(table.metadata().partition_columns)
+
+
+@dataclass(frozen=True)
+class ReplacedFile:
+    """An active data file an overwrite removes: its path relative to the table (unescaped),
+    partition values (as partition strings) and size."""
+
+    path: str
+    partition_values: Mapping[str, str | None]
+    size: int
+
+
+def replaced_files(table: DeltaTable, specs: Sequence[Mapping[str, str | None]]
+                   ) -> list[ReplacedFile]:
+    """The active files of `table` (at the version it was opened at) in the partitions
+    `specs` match."""
+    partition_by = table.metadata().partition_columns
+    found = []
+    for entry in pa.table(table.get_add_actions(flatten=True)).to_pylist():
+        values = {c: partition_string(entry[f"partition.{c}"]) for c in partition_by}
+        if matches(specs, values):
+            found.append(ReplacedFile(urllib.parse.unquote(entry["path"]), values,
+                                      int(entry["size_bytes"])))
+    return found
+
+
+class RsLake(DirectLake):
     """Delta tables through delta-rs, with the data files written by Spark executors."""
 
     backend = "rs"
@@ -115,57 +136,6 @@ class RsLake(Lake):
                                   configuration=dict(properties or {}),
                                   raise_if_key_not_exists=False)
         return int(table.version())
-
-    def append(self, df: Rows, path: TablePath, *, metadata: Any = None) -> int:
-        table = self._table(path)
-        files = self._write(df, table, _root(path))
-        return self._commit(table, files, [], metadata, {})
-
-    def overwrite(self, df: Rows, path: TablePath, *,
-                  partitions: Sequence[PartitionSpec] | None = None,
-                  metadata: Any = None) -> int:
-        table = self._table(path)
-        return self._replace(table, path, self._write(df, table, _root(path)), partitions,
-                             metadata)
-
-    def overwrite_many(self, df: DataFrame, produce: Produce, targets: Mapping[str, Target], *,
-                       metadata: Any = None) -> dict[str, int]:
-        """Each task runs `produce` and writes every table's files itself: one pass, no cache."""
-        tables = {name: self._table(t.path) for name, t in targets.items()}
-        plans = {}
-        for name, table in tables.items():
-            schema = _spark_schema(table)
-            plans[name] = TableTarget(
-                _root(targets[name].path), tuple(table.metadata().partition_columns),
-                tuple(f.name for f in schema.fields if not f.nullable),
-                tuple(schema.names))
-        task = functools.partial(write_many_data_files, produce=produce, targets=plans)
-        rows = df.mapInArrow(task, _struct(MANY_FILE_ROWS)).collect()
-        written: dict[str, list[DataFile]] = {name: [] for name in targets}
-        for row in rows:
-            values = row.asDict()
-            written[str(values.pop("table"))].append(DataFile.from_row(values))
-        return {name: self._replace(tables[name], t.path, written[name], t.partitions, metadata)
-                for name, t in targets.items()}
-
-    def _replace(self, table: DeltaTable, path: TablePath, files: list[DataFile],
-                 partitions: Sequence[PartitionSpec] | None, metadata: Any) -> int:
-        """Commit `files` replacing `partitions` (None: the partitions the files are in)."""
-        partition_by = table.metadata().partition_columns
-        dynamic = partitions is None and bool(partition_by)
-        specs = [] if dynamic else normalize_specs(
-            [{}] if partitions is None else partitions, partition_by)
-        if dynamic:
-            unique = {json.dumps(f.partition_values, sort_keys=True): f for f in files}
-            specs = [dict(f.partition_values) for f in unique.values()]
-        elif stray := [f for f in files if not matches(specs, f.partition_values)]:
-            for file in files:
-                os.remove(os.path.join(_root(path), file.path))
-            raise ValueError(f"rows outside the partitions being replaced, e.g. "
-                             f"{dict(stray[0].partition_values)}; replacing {specs}")
-        types = {f.name: f.dataType.typeName() for f in _spark_schema(table).fields}
-        return self._commit(table, files, self._removals(table, specs), metadata,
-                            {"predicate": replace_where(specs, types)})
 
     def read(self, path: TablePath, *, version: int | None = None) -> DataFrame:
         table = _readable(path, version)
@@ -200,53 +170,33 @@ class RsLake(Lake):
         return dict(DeltaTable(_root(path)).metadata().configuration)
 
     def active_files(self, path: TablePath) -> list[ActiveFile] | None:
-        table = self._table(path)
-        actions = pa.table(table.get_add_actions(flatten=False)).to_pylist()
-        root = _root(path)
-        return [ActiveFile(os.path.join(root, urllib.parse.unquote(a["path"])),
-                           dict(a.get("partition") or {}), int(a["num_records"] or 0),
-                           dict(a.get("min") or {}), dict(a.get("max") or {}))
-                for a in actions]
+        self._table(path)
+        return list_files(path)
 
     def _table(self, path: TablePath) -> DeltaTable:
         if not self.exists(path):
             raise FileNotFoundError(f"no Delta table at {path}; create it first")
         return DeltaTable(_root(path))
 
-    def _write(self, df: Rows, table: DeltaTable, root: str) -> list[DataFile]:
-        """Write `df` as data files of `table` (folder `root`): a DataFrame by a Spark job,
-        an Arrow table here on the driver."""
-        schema = _spark_schema(table)
-        task = functools.partial(
-            write_data_files, root=root,
-            partition_by=list(table.metadata().partition_columns),
-            not_null=[field.name for field in schema.fields if not field.nullable])
-        if isinstance(df, pa.Table):
-            written = task(iter(conform_arrow(df, schema).to_batches()))
-            return [DataFile.from_row(row) for batch in written for row in batch.to_pylist()]
-        rows = conform(df, schema).mapInArrow(task, _struct(FILE_ROWS)).collect()
-        return [DataFile.from_row(row.asDict()) for row in rows]
+    def _layout(self, path: TablePath) -> tuple[StructType, list[str]]:
+        self._table(path)
+        return table_layout(path)
 
-    def _removals(self, table: DeltaTable, specs: Sequence[Mapping[str, str | None]]
-                      ) -> list[RemoveAction]:
-        """Remove actions for the active files in the partitions `specs` match."""
-        partition_by = table.metadata().partition_columns
-        now = int(time.time() * 1000)
-        removes = []
-        for entry in pa.table(table.get_add_actions(flatten=True)).to_pylist():
-            values = {c: partition_string(entry[f"partition.{c}"]) for c in partition_by}
-            if matches(specs, values):
-                removes.append(RemoveAction(urllib.parse.unquote(entry["path"]), True, now,
-                                            entry["size_bytes"], values))
-        return removes
-
-    def _commit(self, table: DeltaTable, files: Sequence[DataFile],
-                removes: Sequence[RemoveAction], metadata: Any,
-                parameters: Mapping[str, str]) -> int:
-        """Commit the files (and removes) as one transaction; return the new version."""
+    def _commit(self, path: TablePath, files: Sequence[DataFile], replaced: Specs | None,
+                metadata: Any) -> int:
+        """Commit the files (and the removal of the replaced ones) as one transaction."""
+        table = self._table(path)
+        removes: list[RemoveAction] = []
+        parameters = {}
+        if replaced is not None:
+            types = {f.name: f.dataType.typeName() for f in _spark_schema(table).fields}
+            now = int(time.time() * 1000)
+            removes = [RemoveAction(f.path, True, now, f.size, dict(f.partition_values))
+                       for f in replaced_files(table, replaced)]
+            parameters["predicate"] = replace_where(replaced, types)
         adds = [AddAction(f.path, f.size, dict(f.partition_values), f.modification_time, True,
                           f.stats) for f in files]
-        custom: dict[str, Any] = {"operationParameters": dict(parameters)}
+        custom: dict[str, Any] = {"operationParameters": parameters}
         if (user_metadata := metadata_json(metadata)) is not None:
             custom["userMetadata"] = user_metadata
         table.create_write_transaction(
@@ -255,13 +205,6 @@ class RsLake(Lake):
             commit_properties=CommitProperties(custom_metadata=custom))
         table.update_incremental()
         return int(table.version())
-
-
-def _struct(schema: pa.Schema) -> StructType:
-    """An Arrow schema as Spark's (a job's output schema without a JVM DDL parse)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(schema)
 
 
 def _spark_schema(table: DeltaTable) -> StructType:
