@@ -90,7 +90,7 @@ def _spark() -> Iterator[str]:
            f"class archive `make install` makes (default `auto`: with it when it exists; "
            f"see `sharestate/spark/class_archive.py`). `{JIT_SETTING}` is the JIT of that JVM: "
            f"`quick` (`{QUICK_JIT}`) or `full`; by default quick for the pipeline jobs on a "
-           f"`local[...]` master with the `rs` backend (the JVM only plans and commits there "
+           f"`local[...]` master (the JVM only plans, reads and commits there "
            f"while Python workers do the work), full otherwise (`sharestate sql` runs its "
            f"queries in the JVM). `{VERBOSE_CONF} true` (`--verbose`) leaves that JVM's "
            f"console to Spark: its banner, log lines and progress bars; by default it logs "
