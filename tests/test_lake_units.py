@@ -147,8 +147,10 @@ def test_writer_refuses_nulls_and_cleans_up(tmp_path: Path) -> None:
 def test_find_tables_names_views_by_relative_path(tmp_path: Path) -> None:
     for table in ("log_records", "gold/redelivery", "gold/share-state"):
         (tmp_path / table / "_delta_log").mkdir(parents=True)
+        (tmp_path / table / "_delta_log" / f"{0:020}.json").write_text("{}\n")
         (tmp_path / table / "topic=x" / "_delta_log").mkdir(parents=True)  # never searched
     (tmp_path / "not_a_table").mkdir()
+    (tmp_path / "no_commit_yet" / "_delta_log").mkdir(parents=True)  # no version 0
     assert find_tables(tmp_path) == {
         "gold_redelivery": tmp_path / "gold/redelivery",
         "gold_share_state": tmp_path / "gold/share-state",
