@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
@@ -21,6 +22,17 @@ if TYPE_CHECKING:
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE_ENV = "SHARESTATE_CONFORMANCE_DIR"
+
+
+_CLIENT_LOG = re.compile(r"%\d\|\d+\.\d+\|[A-Z_]+\|rdkafka#")
+
+
+def own_lines(err: str) -> list[str]:
+    """The lines of a command's captured stderr, less librdkafka's log lines (`%3|<time>|
+    FAIL|rdkafka#producer-2| ...`): a Kafka client another test left in this process writes
+    them to file descriptor 2 from its own thread, at any time, once its broker is gone; a
+    command that connects to no cluster writes none of its own."""
+    return [line for line in err.splitlines() if not _CLIENT_LOG.match(line)]
 
 
 def under_ci() -> bool:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from conftest import own_lines
 from deltalake import DeltaTable, write_deltalake
 
 from sharestate.app.cli import main
@@ -139,7 +140,7 @@ def test_commands_name_the_damage_in_one_line(damaged: tuple[Path, str, str], ar
     status = main([command, "--warehouse", str(warehouse),
                    *(arg.format(tmp=tmp) for arg in rest)])
     out, err = capfd.readouterr()
-    lines = err.splitlines()
+    lines = own_lines(err)
     assert status == (4 if command == "sql" else 2), err
     assert len(lines) == 1 and lines[0].startswith(f"sharestate: error: table {table} is "
                                                    "damaged: ") and named in lines[0], err
