@@ -15,10 +15,18 @@ from conftest import conformance_dir
 from sharestate import native
 from sharestate.analytics.audit import ShareAuditor
 from sharestate.cluster.consumed import HEADER, TIMESTAMP_TYPES, consumed_items, consumed_runs_py
-from sharestate.log import Batch, LogFinding, ReadLimits, discover, read_batches
+from sharestate.log import (
+    DEFAULT_MAX_FINDINGS,
+    Batch,
+    LogFinding,
+    ReadLimits,
+    discover,
+    read_batches,
+)
 from sharestate.records import segment
 from sharestate.records.catalog import dialect as catalog_dialect
 from sharestate.records.segment import (
+    FindingCap,
     QuietRun,
     decode_segment,
     detect_segment,
@@ -181,7 +189,8 @@ def test_consumed_records_make_the_batches_of_their_bronze_rows(name: str) -> No
                 for row in consumed.to_pylist()]
     (run,) = _runs(messages)
     items = consumed_items("__share_group_state", catalog_dialect(dialect),
-                           "__share_group_state-0", run.records, run.headers)
+                           "__share_group_state-0", run.records, run.headers,
+                           FindingCap(DEFAULT_MAX_FINDINGS, "__share_group_state-0"))
     batches = [b for item in items
                for b in (item.batches() if isinstance(item, QuietRun) else [item])]
     assert [b._replace(failed=()) for b in batches] == expected

@@ -30,8 +30,10 @@ from sharestate.records.segment import (
     QUIET_RUN_RECORDS,
     Decoded,
     DecodedBatch,
+    FindingCap,
     LogItem,
     QuietRun,
+    failure_kind,
     record_finding,
 )
 
@@ -101,11 +103,12 @@ def consumed_runs_py(messages: list[Message], header: BatchHeader,
 
 
 def consumed_items(topic: str, schemas: Dialect, name: str, records: list[RawRecord],
-                   headers: list[BatchHeader]) -> Iterator[LogItem]:
+                   headers: list[BatchHeader], cap: FindingCap) -> Iterator[LogItem]:
     """The items of consumed `records` (with their `headers`) of the partition `name`,
     decoded under `schemas` window by window: a `QuietRun` of up to `QUIET_RUN_RECORDS`
     records, or, for a window holding a record that did not decode, its batches one by one,
-    each with the finding of its record if it failed."""
+    each with the finding of its record if it failed and `cap` (the partition's) lists it
+    (else the batch counts it in `omitted`, and no finding is made)."""
     for start in range(0, len(records), QUIET_RUN_RECORDS):
         window = records[start:start + QUIET_RUN_RECORDS]
         above = headers[start:start + QUIET_RUN_RECORDS]
@@ -115,5 +118,12 @@ def consumed_items(topic: str, schemas: Dialect, name: str, records: list[RawRec
                            list(range(1, len(window) + 1)))
             continue
         for header, record, kv in zip(above, window, decoded, strict=True):
-            failed = record_finding(header, record, kv, name)
-            yield DecodedBatch(header, [record], [kv], [], () if failed is None else (failed,))
+            kind = failure_kind(kv)
+            if kind is None:
+                yield DecodedBatch(header, [record], [kv], [])
+            elif cap.admit(kind, header.position, record.offset):
+                failed = record_finding(header, record, kv, name)
+                assert failed is not None
+                yield DecodedBatch(header, [record], [kv], [], (failed,))
+            else:
+                yield DecodedBatch(header, [record], [kv], [], (), 1)

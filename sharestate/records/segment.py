@@ -123,15 +123,17 @@ def _unknown_topic(segment: Segment, detection: Detection, items: Iterator[Batch
 
 
 class FindingCap:
-    """The findings of one segment (or split) as its readers list them: the first `limit`
-    in full, the rest counted per kind (see the module docstring)."""
+    """The findings of one segment (or split, or a live partition: `unit`) as its readers
+    list them: the first `limit` in full, the rest counted per kind (see the module
+    docstring)."""
 
-    __slots__ = ("left", "limit", "omitted", "source")
+    __slots__ = ("left", "limit", "omitted", "source", "unit")
 
-    def __init__(self, limit: int, source: str | None) -> None:
+    def __init__(self, limit: int, source: str | None, unit: str = "segment") -> None:
         self.limit = limit
         self.left = limit
         self.source = source
+        self.unit = unit
         self.omitted: dict[str, list[Any]] = {}  # kind -> [count, first position, offset]
 
     def admit(self, kind: str, position: int, offset: int | None) -> bool:
@@ -146,14 +148,21 @@ class FindingCap:
             seen[0] += 1
         return False
 
+    def omitted_count(self) -> int:
+        """How many findings were counted, not listed."""
+        return sum(count for count, _, _ in self.omitted.values())
+
     def summary(self) -> list[LogFinding]:
-        """One `omitted_findings` finding per kind counted, at the first one's place."""
+        """One `omitted_findings` finding per kind counted, at the first one's place (a
+        consumed record has no position: its offset)."""
         return [LogFinding(
             "omitted_findings", f"{count} more {kind} finding{'' if count == 1 else 's'} "
-            f"in this segment, from position {position}"
-            f"{'' if offset is None else f' (offset {offset})'} on, not listed one by one: "
-            f"a segment lists {self.limit} (--max-findings)", position, offset, b"", 0,
-            self.source) for kind, (count, position, offset) in self.omitted.items()]
+            f"in this {self.unit}, from "
+            + (f"offset {offset}" if position < 0 and offset is not None else
+               f"position {position}{'' if offset is None else f' (offset {offset})'}")
+            + f" on, not listed one by one: a {self.unit} lists {self.limit} (--max-findings)",
+            position, offset, b"", 0, self.source)
+            for kind, (count, position, offset) in self.omitted.items()]
 
 
 def record_finding(header: BatchHeader, record: RawRecord, decoded: Decoded,

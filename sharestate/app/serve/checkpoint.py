@@ -4,8 +4,9 @@ one file, `<dir>/serve.checkpoint`, so a restart (also after `kill -9`) resumes 
 The file is three parts: a magic line naming the format version, one JSON header line (what
 wrote it: the cluster, the replay settings, the core's fingerprint, when, the positions, the
 body's length and SHA-256) and the body, an Arrow IPC stream of `BODY` rows: each
-partition's progress and dialect and its replay's snapshot in the core's serialised form
-(`sharestate.replay.snapshot.encode`: versioned Arrow tables, docs/replay-state.md). It
+partition's progress and dialect, its replay's snapshot in the core's serialised form
+(`sharestate.replay.snapshot.encode`: versioned Arrow tables, docs/replay-state.md) and the
+findings it counted past those it lists. It
 is written to a temporary file in the same directory, fsync'ed, renamed over the previous
 one and the directory fsync'ed, so a crash at any moment leaves the previous checkpoint or
 the new one, never a mix. One service at a time uses a directory (an OS lock on
@@ -55,15 +56,20 @@ FILE = "serve.checkpoint"
 LOCK = "lock"
 BAD_SUFFIX = ".bad"
 MAGIC = b"sharestate serve checkpoint\n"
-FORMAT = 2
-"""The checkpoint file's format (1: a pickled body, no longer read)."""
+FORMAT = 3
+"""The checkpoint file's format (1: a pickled body, 2: no counted findings; neither is read)."""
+OMITTED = pa.list_(pa.struct([
+    pa.field("kind", pa.string(), False), pa.field("count", pa.int64(), False),
+    pa.field("position", pa.int64(), False), pa.field("offset", pa.int64())]))
 BODY = pa.schema([
     pa.field("topic", pa.string(), nullable=False), pa.field("partition", pa.int32(), False),
     pa.field("position", pa.int64(), False), pa.field("records", pa.int64(), False),
     pa.field("last_timestamp", pa.int64()), pa.field("at_end", pa.bool_(), False),
-    pa.field("dialect", pa.string()), pa.field("snapshot", pa.binary())])
-"""A checkpoint's body, a row per partition: its `Progress`, the dialect its replay reads
-and the replay's snapshot (`encode`d; both null before the replay started)."""
+    pa.field("dialect", pa.string()), pa.field("snapshot", pa.binary()),
+    pa.field("omitted_findings", OMITTED, False)])
+"""A checkpoint's body, a row per partition: its `Progress`, the dialect its replay reads,
+the replay's snapshot (`encode`d; both null before the replay started) and the findings
+counted past those listed (`PartitionCheckpoint.omitted`, a row per kind)."""
 
 MAX_HEADER_BYTES = 1 << 20
 """The longest header read (it names each partition's position, ~40 bytes a partition)."""
@@ -126,7 +132,11 @@ def encode_body(partitions: Mapping[Where, PartitionCheckpoint]) -> bytes:
                             ("last_timestamp", progress.last_timestamp),
                             ("at_end", progress.at_end), ("dialect", saved.dialect),
                             ("snapshot", None if saved.snapshot is None
-                             else encode([saved.snapshot]))):
+                             else encode([saved.snapshot])),
+                            ("omitted_findings", [
+                                {"kind": kind, "count": count, "position": position,
+                                 "offset": offset}
+                                for kind, (count, position, offset) in saved.omitted.items()])):
             rows[name].append(value)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, BODY) as writer:
@@ -161,9 +171,14 @@ def decode_body(data: bytes) -> dict[Where, PartitionCheckpoint]:
                 ShareReplay.restore(snapshot)
             else:
                 GroupReplay.restore(snapshot)
+        omitted = {counted["kind"]: (counted["count"], counted["position"], counted["offset"])
+                   for counted in row["omitted_findings"]}
+        if len(omitted) != len(row["omitted_findings"]) or any(
+                count < 1 for count, _, _ in omitted.values()):
+            raise ValueError(f"{where!r} counts its findings wrong")
         partitions[where] = PartitionCheckpoint(
             Progress(row["position"], row["records"], row["last_timestamp"], row["at_end"]),
-            row["dialect"], snapshot)
+            row["dialect"], snapshot, omitted)
     return partitions
 
 

@@ -17,6 +17,7 @@ from sharestate.coordinator.expiry import DEFAULT_RETENTION_MINUTES
 from sharestate.coordinator.shard import KAFKA, SEMANTICS
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
 from sharestate.locations import location
+from sharestate.log import DEFAULT_MAX_FINDINGS
 
 if TYPE_CHECKING:
     from sharestate.app.serve.service import Service
@@ -67,6 +68,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--retention-minutes", type=arguments.retention_minutes,
                         default=DEFAULT_RETENTION_MINUTES,
                         help="offsets.retention.minutes for the expiry forecast")
+    parser.add_argument("--max-findings", type=arguments.count, default=DEFAULT_MAX_FINDINGS,
+                        metavar="N", help="list at most this many findings of a partition one "
+                                          "by one; count the rest, with one omitted_findings "
+                                          "finding per kind (default %(default)s)")
     parser.add_argument("--checkpoint-dir", type=location, metavar="DIR",
                         help="write checkpoints here and resume from the last one at start "
                              "(default: none, every start replays from the log start)")
@@ -119,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         service = start(options, args.listen,
                         ReplayOptions(args.dialect, args.semantics,
-                                      args.snapshot_update_records),
+                                      args.snapshot_update_records, args.max_findings),
                         retention_minutes=args.retention_minutes, version=__version__,
                         checkpoints=None if args.checkpoint_dir is None else CheckpointOptions(
                             Path(args.checkpoint_dir),

@@ -49,6 +49,9 @@ class StateCollector(Collector):
         errors = CounterMetricFamily("sharestate_serve_decode_errors",
                                      "Findings of records that did not decode or apply",
                                      labels=STATE_LABELS)
+        omitted = CounterMetricFamily("sharestate_serve_findings_omitted",
+                                      "Findings counted, not listed one by one in "
+                                      "/v1/findings (past --max-findings)", labels=STATE_LABELS)
         behind = GaugeMetricFamily("sharestate_serve_records_behind",
                                    "Offsets between what was applied and the end seen at "
                                    "start (as /readyz counts them)", labels=STATE_LABELS)
@@ -62,7 +65,8 @@ class StateCollector(Collector):
         for (topic, partition), part in view.partitions.items():
             where = [topic, str(partition)]
             applied.add_metric(where, part.progress.records)
-            errors.add_metric(where, len(part.findings))
+            errors.add_metric(where, len(part.findings) + part.omitted_count)
+            omitted.add_metric(where, part.omitted_count)
             behind.add_metric(where, part.behind)
             if (fetch := view.fetched.get((topic, partition))) is not None:
                 heard.add_metric(where, fetch.at)
@@ -96,7 +100,7 @@ class StateCollector(Collector):
                     if end is not None:
                         group_lag.add_metric(labels, max(end - row["committed_offset"], 0))
         yield from share.values()
-        yield from (prune_offset, committed, group_lag, applied, errors, behind, heard,
+        yield from (prune_offset, committed, group_lag, applied, errors, omitted, behind, heard,
                     unapplied)
 
 

@@ -5,25 +5,28 @@
 (which tell its dialect) or restored from a checkpoint, and how far it was read
 (`Progress`). Only the tailer's thread calls it: records are applied on that thread as they
 are consumed (`sharestate.cluster.consumed`: the batches the Spark replay task makes of the
-bronze rows of a live read, with the same record decoder). What readers see of it is a view
-the writer makes and publishes (`sharestate.app.serve.view`), never the replay itself.
+bronze rows of a live read, with the same record decoder). Its findings are listed as a
+segment's are (`FindingCap`, per partition): the first `--max-findings` in full, held by the
+replay, the rest counted per kind, so a partition of records that do not decode holds no
+more than that. What readers see of it is a view the writer makes and publishes
+(`sharestate.app.serve.view`), never the replay itself.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sharestate.cluster.consumed import consumed_items
 from sharestate.coordinator.shard import KAFKA
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
-from sharestate.log import BatchHeader, RawRecord
+from sharestate.log import DEFAULT_MAX_FINDINGS, BatchHeader, RawRecord
 from sharestate.records.catalog import SHARE_STATE_TOPIC
 from sharestate.records.catalog import dialect as dialect_schemas
 from sharestate.records.detect import detect
 from sharestate.records.keyvalue import KeyValue
-from sharestate.records.segment import DecodedBatch, QuietRun
+from sharestate.records.segment import DecodedBatch, FindingCap, QuietRun
 from sharestate.replay.group_log import GroupReplay, group_state
 from sharestate.replay.share_log import ShareReplay, share_state
 from sharestate.replay.snapshot import Snapshot
@@ -46,23 +49,32 @@ class Progress:
     at_end: bool = False
 
 
+Omitted = dict[str, tuple[int, int, int | None]]
+"""The findings a partition counted, not listed: kind -> (count, the first one's position
+and offset), as `FindingCap.omitted` holds them."""
+
+
 @dataclass
 class PartitionCheckpoint:
     """What a checkpoint keeps of one partition: how far it was read and, once its replay
-    started, the dialect it was read with and the replay's snapshot."""
+    started, the dialect it was read with, the replay's snapshot (its listed findings with
+    it) and the findings counted past them."""
 
     progress: Progress
     dialect: str | None = None
     snapshot: Snapshot | None = None
+    omitted: Omitted = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class ReplayOptions:
-    """How the replays run: a pinned dialect (None: detect), semantics, Kafka's config."""
+    """How the replays run: a pinned dialect (None: detect), semantics, Kafka's config,
+    and how many findings of a partition are listed one by one (`--max-findings`)."""
 
     dialect: str | None = None
     semantics: str = KAFKA
     snapshot_update_records_per_snapshot: int = DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
+    max_findings: int = DEFAULT_MAX_FINDINGS
 
 
 class PartitionReplay:
@@ -70,7 +82,8 @@ class PartitionReplay:
     set once its replay raised (a bug: records that do not decode are findings); it then
     takes no more records. `touched` holds the groups whose records it applied since the
     writer last took them (`__consumer_offsets`: every record's key starts with its group),
-    `changed` whether anything changed since then."""
+    `changed` whether anything changed since then. `cap` counts the findings past those the
+    replay lists."""
 
     def __init__(self, topic: str, partition: int, options: ReplayOptions,
                  start_end: int | None = None, saved: PartitionCheckpoint | None = None
@@ -85,6 +98,7 @@ class PartitionReplay:
         self.share: ShareReplay | None = None
         self.group: GroupReplay | None = None
         self.failure: str | None = None
+        self.cap = self._cap()
         self.fed = 0
         """The offset after the last record applied."""
         self.changed = True
@@ -96,7 +110,11 @@ class PartitionReplay:
             self.progress = saved.progress
             self.fed = saved.progress.position
             if saved.dialect is not None and saved.snapshot is not None:
-                self._start(saved.dialect, saved.snapshot)
+                replay = self._start(saved.dialect, saved.snapshot)
+                if replay is not None:
+                    self.cap.left -= len(replay.result.findings)
+                    self.cap.omitted = {kind: list(counted)
+                                        for kind, counted in saved.omitted.items()}
 
     @property
     def name(self) -> str:
@@ -123,7 +141,7 @@ class PartitionReplay:
         self.changed = True
         try:
             for item in consumed_items(self.topic, dialect_schemas(self.dialect), self.name,
-                                       records, headers):
+                                       records, headers, self.cap):
                 if self.group is not None:
                     self.touched.update(_groups(item))
                 replay.apply(item)
@@ -151,7 +169,9 @@ class PartitionReplay:
         replay = self.share or self.group
         if replay is None:
             return PartitionCheckpoint(self.progress)
-        return PartitionCheckpoint(self.progress, self.dialect, replay.snapshot())
+        return PartitionCheckpoint(self.progress, self.dialect, replay.snapshot(), {
+            kind: (count, position, offset)
+            for kind, (count, position, offset) in self.cap.omitted.items()})
 
     def take_touched(self) -> set[str] | None:
         """The groups touched since the last call (None: every group may have changed);
@@ -168,7 +188,11 @@ class PartitionReplay:
                     self.fed - 1)
         self.progress = Progress()
         self.dialect = self.share = self.group = None
+        self.cap = self._cap()
         self.every_group, self.touched = True, set()
+
+    def _cap(self) -> FindingCap:
+        return FindingCap(self.options.max_findings, self.name, "partition")
 
     def _start(self, dialect: str, resume: Snapshot | None = None
                ) -> ShareReplay | GroupReplay | None:

@@ -56,8 +56,15 @@ class PartitionView:
     """The partition's end when the service started (None: it appeared later)."""
     failure: str | None
     findings: tuple[LogFinding, ...] = ()
+    """The findings the partition lists (up to `--max-findings`): the same tuple from view
+    to view while they stay the same, never copied into a view again."""
+    omitted: tuple[LogFinding, ...] = ()
+    """One `omitted_findings` finding per kind counted past those listed."""
+    omitted_count: int = 0
+    """How many findings were counted, not listed."""
     share: ShareLogResult | None = None
-    """A copy of the replay's state (its prune ledger left out: see `prune`)."""
+    """A copy of the replay's state (its prune ledger and findings left out: see `prune`
+    and `findings`)."""
     prune: Row | None = None
     offsets: Mapping[str, tuple[Row, ...]] = field(default_factory=dict)
     """`__consumer_offsets`: each group's committed offsets as `sharestate offsets` rows."""
@@ -129,8 +136,7 @@ def partition_view(replay: PartitionReplay, before: PartitionView | None,
     if replay.share is not None:
         result = replay.share.result
         findings = _findings(result.findings, before)
-        share = replace(result, shard=result.shard.copy(), findings=list(findings),
-                        ledger=PruneLedger())
+        share = replace(result, shard=result.shard.copy(), findings=[], ledger=PruneLedger())
         prune = prune_recommendation(result)
     elif replay.group is not None:
         group = replay.group.result
@@ -149,8 +155,10 @@ def partition_view(replay: PartitionReplay, before: PartitionView | None,
             metadata = coordinator.groups.share_partitions.get(name)
             _put(offsets, name, rows)
             _put(names, name, topic_names({name: metadata}) if metadata else {})
+    cap = replay.cap
     return PartitionView(replay.topic, replay.partition, replay.progress, replay.start_end,
-                         replay.failure, findings, share,
+                         replay.failure, findings, tuple(cap.summary()), cap.omitted_count(),
+                         share,
                          prune if share is not None else None,
                          dict(sorted(offsets.items())), names)
 
@@ -212,6 +220,8 @@ def consumer_group_offsets(view: View, group: str | None = None) -> list[Row]:
 
 
 def findings(view: View) -> list[Row]:
-    """`/v1/findings`: records that did not decode or apply, as `--findings` lines."""
+    """`/v1/findings`: records that did not decode or apply, as `--findings` lines: each
+    partition's listed ones, then one `omitted_findings` line per kind counted past them
+    (how many, from where)."""
     return [finding_json(f, p.topic, p.partition) for p in view.partitions.values()
-            for f in p.findings]
+            for part in (p.findings, p.omitted) for f in part]
