@@ -57,6 +57,25 @@ def _root(path: TablePath) -> str:
     return os.path.realpath(os.fspath(path))
 
 
+def commit_times(root: str, versions: Sequence[int]) -> dict[int, int]:
+    """Each commit's time as Delta's TIMESTAMP AS OF and DESCRIBE HISTORY take it (a table
+    without in-commit timestamps): its commit file's modification time in ms, made strictly
+    increasing over the versions, as Delta does. `commitInfo.timestamp`, which delta-rs
+    reports, is taken at another moment (up to a few ms after the file was written), so a
+    time read from Delta's history named a version not yet made. Versions whose commit file
+    is gone (cleaned up after a checkpoint) are left out."""
+    times: dict[int, int] = {}
+    last = -1
+    for version in sorted(versions):
+        try:
+            mtime = os.stat(os.path.join(root, "_delta_log", f"{version:020d}.json")).st_mtime_ns
+        except OSError:
+            continue
+        last = max(mtime // 1_000_000, last + 1)
+        times[version] = last
+    return times
+
+
 def read_table(path: TablePath, columns: Sequence[str] | None = None) -> pa.Table:
     """The table's active files (the columns asked for) as one Arrow table, read here.
 
@@ -154,11 +173,15 @@ class RsLake(DirectLake):
         return int(DeltaTable(_root(path)).version())
 
     def history(self, path: TablePath, limit: int | None = None) -> list[Commit]:
-        return [Commit(int(entry["version"]), int(entry.get("timestamp", 0)),
+        root = _root(path)
+        entries = DeltaTable(root).history(limit)
+        times = commit_times(root, [int(entry["version"]) for entry in entries])
+        return [Commit(int(entry["version"]),
+                       times.get(int(entry["version"]), int(entry.get("timestamp", 0))),
                        str(entry.get("operation", "")),
                        dict(entry.get("operationParameters") or {}),
                        parse_metadata(entry.get("userMetadata")))
-                for entry in DeltaTable(_root(path)).history(limit)]
+                for entry in entries]
 
     def schema(self, path: TablePath) -> StructType:
         return _spark_schema(DeltaTable(_root(path)))
