@@ -104,7 +104,9 @@ class View:
 
     def readiness(self) -> Readiness:
         behind = sum(view.behind for view in self.partitions.values())
-        return Readiness(behind == 0, behind, len(self.partitions))
+        # a failed replay is never ready: it may have reached an end before the record it
+        # failed on arrived
+        return Readiness(behind == 0 and self.failure() is None, behind, len(self.partitions))
 
     def failure(self) -> str | None:
         """Why the service cannot go on, if it cannot: a partition's replay failed, or the
