@@ -311,7 +311,7 @@ def test_history_rows_hold_the_state_after_each_record() -> None:
 def test_replay_of_spark_ordered_rows_equals_replay_of_bronze_files(tmp_path: Path) -> None:
     """`replay_rows` (rows Spark read and ordered: the jvm backend's way) gives the gold rows
     `replay_partitions` gives reading each partition's bronze files (the rs backend's)."""
-    from sharestate.tables.gold_pass import GoldOptions
+    from sharestate.tables.gold_pass import REPLAY_COLUMNS, GoldOptions
     from sharestate.tables.tasks import replay_partitions, replay_rows
 
     names = ["share_txn", "share_tombstones"]
@@ -325,12 +325,14 @@ def test_replay_of_spark_ordered_rows_equals_replay_of_bronze_files(tmp_path: Pa
         files.append((partition, path, records))
     options = GoldOptions()
     tasks = pa.RecordBatch.from_pylist([
-        {"topic": "__share_group_state", "partition": p, "files": [str(path)]}
-        for p, path, _ in files])
+        {"topic": "__share_group_state", "partition": p, "files": [
+            {"uri": str(path), "first_offset": pc.min(records["offset"]).as_py(),
+             "last_offset": pc.max(records["offset"]).as_py(), "read_at": 1}]}
+        for p, path, records in files])
     by_files = [(name, rows.to_pylist()) for name, rows in replay_partitions(iter([tasks]),
                                                                              options)]
     ordered = pa.concat_tables([
-        records.select([*COLUMNS, "dialect"]).append_column(
+        records.select(list(REPLAY_COLUMNS)).append_column(
             "partition", pa.array([p] * records.num_rows, pa.int32())).append_column(
             "topic", pa.array(["__share_group_state"] * records.num_rows))
         for p, _, records in files]).combine_chunks().to_batches(max_chunksize=11)

@@ -82,8 +82,9 @@ HEADER_DEFAULTS: dict[str, Any] = {
 
 
 def _starts(data: pa.RecordBatch) -> np.ndarray:
-    """Row indexes where a batch begins: the position or base offset changes; a row without
-    a position is a batch of its own."""
+    """Row indexes where a batch begins: the position, base offset or (rows of several
+    segments merged by offset) the segment changes; a row without a position is a batch of
+    its own."""
     positions = data.column("position")
     missing = positions.is_null().to_numpy(zero_copy_only=False)
     position = positions.fill_null(-1).to_numpy()
@@ -91,6 +92,9 @@ def _starts(data: pa.RecordBatch) -> np.ndarray:
     change = np.ones(data.num_rows, dtype=bool)
     change[1:] = ((position[1:] != position[:-1]) | (base[1:] != base[:-1])
                   | missing[1:] | missing[:-1])
+    if "segment" in data.schema.names:
+        segment = data.column("segment").fill_null(-1).to_numpy()
+        change[1:] |= segment[1:] != segment[:-1]
     return np.flatnonzero(change)
 
 

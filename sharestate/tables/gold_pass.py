@@ -16,10 +16,10 @@ over the log feeds every table (the lake's `overwrite_many` writes them).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import groupby
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +34,7 @@ from sharestate.replay.group_log import replay_group_log
 from sharestate.replay.logs import END, AsOf
 from sharestate.replay.prune import prune_recommendation
 from sharestate.replay.share_log import HistoryEntry, ShareReplay
-from sharestate.tables.arrow_log import ArrowLog
+from sharestate.tables.arrow_log import COLUMNS, ArrowLog
 from sharestate.tables.gold import history_batch, state_batch
 from sharestate.tables.metadata import metadata_rows
 from sharestate.tables.spec import table
@@ -43,6 +43,8 @@ SHARE_GOLD = ("share_partition_state_history", "share_partition_state",
               "prune_recommendations", "audit_findings")
 GROUP_GOLD = ("consumer_group_offsets", "share_group_partitions", "audit_findings")
 HISTORY_ROWS = 65_536
+REPLAY_COLUMNS = (*COLUMNS, "segment", "dialect")
+"""The `log_records` columns a replay reads."""
 READ_ROWS = 8_192
 """Bronze rows handed to the replay at a time (records decoded ahead of their apply stay in
 cache)."""
@@ -144,26 +146,75 @@ def group_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator
                       metadata_rows(coordinator.groups.share_partitions, partition))
 
 
-def read_partition_files(partition: int, uris: list[str]) -> Iterator[pa.RecordBatch]:
-    """Bronze rows of one topic-partition from its data files (ordered by segment and first
-    offset), with the `partition` column the gold passes group by; in offset order.
+class BronzeFile(NamedTuple):
+    """A bronze data file of one topic-partition: where, its offsets (from its statistics)
+    and when its segment was read (epoch ms: the latest read wins where files overlap)."""
 
-    A file whose offsets already ascend (what ingest writes) is streamed `READ_ROWS` at a
-    time; only another one is read whole to be sorted."""
+    uri: str
+    first_offset: int
+    last_offset: int
+    read_at: int
+
+
+def read_partition_files(partition: int, files: Sequence[BronzeFile]
+                         ) -> Iterator[pa.RecordBatch]:
+    """Bronze rows of one topic-partition from its data files, in offset order and each
+    offset once, with the `partition` column the gold passes group by.
+
+    Files are taken in offset order, not segment order: a segment Kafka's log cleaner
+    rewrote repeats offsets that other files (segments it merged, since deleted) hold too.
+    Where files overlap, their rows are merged by offset; an offset in several files is one
+    record, the copy in the file read last (a record the cleaner removed stays, from the
+    older file: bronze keeps the fullest log, and applied in offset order it leaves Kafka's
+    state). A file alone is streamed `READ_ROWS` at a time when its offsets ascend (what
+    ingest writes), else read whole and sorted."""
     import pyarrow.parquet as pq
 
-    from sharestate.tables.arrow_log import COLUMNS
-
-    columns = [*COLUMNS, "dialect"]
-    for uri in uris:
-        source = pq.ParquetFile(uri)
-        offsets = source.read(columns=["offset"])["offset"].drop_null()
-        if len(offsets) < 2 or pc.all(pc.greater(offsets[1:], offsets[:-1])).as_py():
-            batches = source.iter_batches(batch_size=READ_ROWS, columns=columns)
+    columns = [*REPLAY_COLUMNS]
+    for group in _overlapping(files):
+        if len(group) == 1:
+            source = pq.ParquetFile(group[0].uri)
+            offsets = source.read(columns=["offset"])["offset"].drop_null()
+            if len(offsets) < 2 or pc.all(pc.greater(offsets[1:], offsets[:-1])).as_py():
+                batches: Iterator[pa.RecordBatch] = source.iter_batches(batch_size=READ_ROWS,
+                                                                        columns=columns)
+            else:
+                batches = iter(source.read(columns=columns).sort_by("offset").to_batches(
+                    max_chunksize=READ_ROWS))
         else:
-            batches = iter(source.read(columns=columns).sort_by("offset").to_batches(
-                max_chunksize=READ_ROWS))
+            batches = iter(merge_by_offset([pq.read_table(f.uri, columns=columns)
+                                            for f in group], [f.read_at for f in group])
+                           .to_batches(max_chunksize=READ_ROWS))
         for rows in batches:
             rows = rows.filter(pc.is_valid(rows.column("offset")))
             yield rows.append_column("partition", pa.repeat(pa.scalar(partition, pa.int32()),
                                                             rows.num_rows))
+
+
+def _overlapping(files: Sequence[BronzeFile]) -> Iterator[list[BronzeFile]]:
+    """The files in offset order, those whose offset ranges overlap in one group."""
+    group: list[BronzeFile] = []
+    end = -1
+    for f in sorted(files, key=lambda f: (f.first_offset, f.last_offset)):
+        if group and f.first_offset > end:
+            yield group
+            group = []
+        group.append(f)
+        end = max(end, f.last_offset)
+    if group:
+        yield group
+
+
+def merge_by_offset(tables: Sequence[pa.Table], read_at: Sequence[int]) -> pa.Table:
+    """The rows of `tables` (bronze rows of one topic-partition) in offset order, one per
+    offset: of an offset in several, the row of the table read last (`read_at`; of two read
+    together, the one of the lower segment: the one the cleaner's output holds)."""
+    tagged = pa.concat_tables([
+        table.append_column("read_at", pa.repeat(pa.scalar(at, pa.int64()), table.num_rows))
+        for table, at in zip(tables, read_at, strict=True)])
+    tagged = tagged.filter(pc.is_valid(tagged["offset"])).sort_by(
+        [("offset", "ascending"), ("read_at", "descending"), ("segment", "ascending")])
+    offsets = tagged["offset"].to_numpy()
+    first = np.ones(len(offsets), dtype=bool)
+    first[1:] = offsets[1:] != offsets[:-1]
+    return tagged.filter(pa.array(first)).drop_columns(["read_at"])

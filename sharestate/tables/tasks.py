@@ -19,7 +19,7 @@ from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.records.keyvalue import KeyValue
 from sharestate.runtime import quiet_gc
 from sharestate.tables import bronze, gold_pass
-from sharestate.tables.gold_pass import GoldOptions, Rows, read_partition_files
+from sharestate.tables.gold_pass import BronzeFile, GoldOptions, Rows, read_partition_files
 from sharestate.tables.silver import group_rows, share_state_rows
 from sharestate.tables.spec import table
 
@@ -96,8 +96,8 @@ def replay_partitions(tasks: Iterator[pa.RecordBatch], options: GoldOptions) -> 
     quiet_gc()
     for batch in tasks:
         for topic, group in itertools.groupby(batch.to_pylist(), key=lambda r: r["topic"]):
-            rows = (part for task in group
-                    for part in read_partition_files(task["partition"], task["files"]))
+            rows = (part for task in group for part in read_partition_files(
+                task["partition"], [BronzeFile(**f) for f in task["files"]]))
             if topic == SHARE_STATE_TOPIC:
                 yield from gold_pass.share_gold(rows, options)
             else:

@@ -10,7 +10,7 @@ from functools import partial
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from sharestate.analytics.audit import rules_of
@@ -21,8 +21,10 @@ from sharestate.spark.jobs.warehouse import RunReport, Warehouse, one_task_each,
 from sharestate.tables import gold_pass, tasks
 
 PARTITION_FILES = pa.schema([("topic", pa.string()), ("partition", pa.int32()),
-                             ("files", pa.list_(pa.string()))])
-"""A replay task: an internal-topic partition's bronze files, in offset order."""
+                             ("files", pa.list_(pa.struct([
+                                 ("uri", pa.string()), ("first_offset", pa.int64()),
+                                 ("last_offset", pa.int64()), ("read_at", pa.int64())])))])
+"""A replay task: an internal-topic partition's bronze files (`gold_pass.BronzeFile`)."""
 RULES = rules_of("replay")
 """The `audit_findings` rules this job owns (it replaces their partitions)."""
 
@@ -31,13 +33,23 @@ def _replay_inputs(spark: SparkSession, lake: Lake, warehouse: Warehouse,
                    options: gold_pass.GoldOptions) -> tuple[DataFrame, Produce]:
     """The replay's input and task: one task per internal-topic partition reading its bronze
     files itself (no shuffle) where the backend lists them; else Spark reads, shuffles by
-    (topic, partition) and sorts by offset."""
-    from sharestate.tables.arrow_log import COLUMNS
+    (topic, partition) and sorts by offset. Either way an offset in several segments (a
+    segment the log cleaner rewrote, and the ones it merged) is one record, the copy of the
+    segment read last (`gold_pass.read_partition_files`)."""
+    from sharestate.tables.gold_pass import REPLAY_COLUMNS
 
+    read_at = _read_at(lake, warehouse)
     files = lake.active_files(warehouse.path("log_records"))
     if files is None:
         rows = lake.read(warehouse.path("log_records")).where(F.col("offset").isNotNull())
-        ordered = rows.select("topic", "partition", "dialect", *COLUMNS).repartition(
+        when = spark.createDataFrame(
+            [(t, p, s, at) for (t, p, s), at in read_at.items()],
+            "topic string, partition int, segment bigint, read_at bigint")
+        latest = Window.partitionBy("topic", "partition", "offset").orderBy(
+            F.col("read_at").desc_nulls_last(), F.col("segment"))
+        ordered = rows.join(when, ["topic", "partition", "segment"], "left").withColumn(
+            "copy", F.row_number().over(latest)).where(F.col("copy") == 1).select(
+            "topic", "partition", *REPLAY_COLUMNS).repartition(
             spark.sparkContext.defaultParallelism * 2, "topic", "partition"
         ).sortWithinPartitions("topic", "partition", "offset")
         return ordered, partial(tasks.replay_rows, options=options)
@@ -48,11 +60,25 @@ def _replay_inputs(spark: SparkSession, lake: Lake, warehouse: Warehouse,
             by_partition.setdefault(key, []).append(f)
     largest_first = sorted(by_partition.items(),
                            key=lambda item: (-sum(f.records for f in item[1]), item[0]))
-    work = [(topic, partition, [f.uri for f in sorted(group, key=lambda f: (
-        f.partition_values["segment"], f.min_values.get("offset") or 0))])
-        for (topic, partition), group in largest_first]
+    work = [(topic, partition, [
+        {"uri": f.uri, "first_offset": f.min_values.get("offset", -1),
+         "last_offset": f.max_values.get("offset", 1 << 62),
+         "read_at": read_at.get((topic, partition, int(f.partition_values["segment"])), 0)}
+        for f in group]) for (topic, partition), group in largest_first]
     return (one_task_each(spark, work, PARTITION_FILES),
             partial(tasks.replay_partitions, options=options))
+
+
+def _read_at(lake: Lake, warehouse: Warehouse) -> dict[tuple[str, int, int], int]:
+    """When each bronze segment was last read (`ingest_runs`: the run that wrote its rows)."""
+    runs = lake.read_arrow(warehouse.path("ingest_runs"),
+                           ["job", "topic", "partition", "segment", "finished_at"])
+    found: dict[tuple[str, int, int], int] = {}
+    for row in runs.to_pylist():
+        if row["job"] == "ingest" and row["segment"] is not None:
+            key = (row["topic"], row["partition"], row["segment"])
+            found[key] = max(found.get(key, 0), row["finished_at"] or 0)
+    return found
 
 
 REPLAY_TABLES = ("share_partition_state_history", "share_partition_state",
