@@ -14,6 +14,14 @@ into `bench/.cache/` (default 5,000,000 records). The last line printed is one J
 the pinned jars, `make jars`) and reports the ratio of their median wall times (jvm over
 rs); `--cores 2` leaves out the 1-core runs.
 
+With `--days N` it times incremental runs instead: a simulated log split into N days of
+Kafka-named segments (the same number of records a day, every partition), one warehouse
+fed a day at a time — each day's segments added to one source folder and, from day 3 on,
+the oldest day's removed from it, as Kafka deletes what it pruned — and one run a day. It
+prints each day's time and the last day's over the first's, then runs once over all the
+days' segments into a fresh warehouse and says whether the two warehouses are equal,
+table by table and row by row (the columns naming runs left out).
+
 With `--master spark://HOST:PORT` the runs are `spark-submit pipelines/run_all.py` onto that
 master as the README says to run them (the packed executor environment, built once into
 `bench/.cache/`, on `--archives`; Delta's pinned jars on `--jars` for `jvm`), against
@@ -101,10 +109,12 @@ def _command(source: Path, warehouse: Path, master: str, backend: str
              str(PROJECT_ROOT / "pipelines" / "run_all.py"), *job], env)
 
 
-def run_once(source: Path, master: str, backend: str) -> tuple[float, float]:
-    """(seconds, peak driver RSS in MB) of one whole-pipeline run on `master`."""
+def run_once(source: Path, master: str, backend: str = "rs",
+             warehouse: Path | None = None) -> tuple[float, float]:
+    """(seconds, peak driver RSS in MB) of one whole-pipeline run on `master` (into
+    `warehouse`, default a fresh one)."""
     with tempfile.TemporaryDirectory() as tmp:
-        command, env = _command(source, Path(tmp) / "wh", master, backend)
+        command, env = _command(source, warehouse or Path(tmp) / "wh", master, backend)
         start = time.perf_counter()
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                    env=env)
@@ -130,9 +140,81 @@ def run_once(source: Path, master: str, backend: str) -> tuple[float, float]:
         return seconds, peak
 
 
+RUN_COLUMNS = {"ingest_run", "run_id", "committed_at", "source"}
+"""Columns that name the run that wrote a row, or where it read (they differ between the
+warehouses: the daily one reads a folder of its own)."""
+RUN_TABLES = {"ingest_runs", "quality_results", "replay_state"}
+"""Tables about the runs themselves."""
+
+
+def day_segments(root: Path, days: int) -> list[list[Path]]:
+    """Each day's segments of the simulated log under `root`: every partition's segments in
+    base-offset order, cut into `days` runs of about equal size (a partition with fewer
+    segments has them on the first days of their share)."""
+    found: list[list[Path]] = [[] for _ in range(days)]
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        segments = sorted(folder.glob("*.log"))
+        for index, segment in enumerate(segments):  # fewer than `days`: the early days'
+            found[index * days // len(segments)].append(segment)
+    return found
+
+
+def tables_equal(left: Path, right: Path) -> list[str]:
+    """The tables whose rows differ between two warehouses (run columns left out)."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    from sharestate.tables.spec import table_names
+
+    def rows(warehouse: Path, name: str) -> list[str]:
+        data = DeltaTable(str(warehouse / name)).to_pyarrow_table()
+        data = data.drop_columns([c for c in data.column_names if c in RUN_COLUMNS])
+        if name == "audit_findings":
+            data = data.filter(pc.not_equal(data["rule"], "quality_gate"))
+        return sorted(map(repr, data.to_pylist()))
+
+    return [name for name in table_names() if name not in RUN_TABLES
+            and rows(left, name) != rows(right, name)]
+
+
+def days_main(args: argparse.Namespace) -> None:
+    """`--days`: one warehouse fed a day at a time against one run over every day."""
+    per_day = args.records // args.days
+    root = simulated(per_day * args.days, args.state_partitions,
+                     segment_bytes=args.segment_bytes)
+    segments = day_segments(root, args.days)
+    master = "local[2]"
+    times = []
+    with tempfile.TemporaryDirectory() as tmp:
+        source, warehouse = Path(tmp) / "source", Path(tmp) / "daily"
+        for day, added in enumerate(segments, start=1):
+            for segment in added:
+                target = source / segment.parent.name / segment.name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.link(segment, target)
+            if day >= 3:
+                for segment in segments[day - 3]:
+                    (source / segment.parent.name / segment.name).unlink()
+            wall, _ = run_once(source, master, warehouse=warehouse)
+            times.append(wall)
+            print(f"day {day}: {wall:.1f} s", file=sys.stderr, flush=True)
+        once = Path(tmp) / "once"
+        run_once(root, master, warehouse=once)
+        differing = tables_equal(warehouse, once)
+    figures = {"days": args.days, "records_per_day": per_day,
+               "seconds": [round(t, 1) for t in times],
+               "last_over_first": round(times[-1] / times[0], 2),
+               "equal_to_one_run": not differing, "differing_tables": differing}
+    for name, value in figures.items():
+        print(f"{name:>22}: {value}", file=sys.stderr)
+    print(json.dumps(figures))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--records", type=int, default=5_000_000)
+    parser.add_argument("--records", type=int, default=None,
+                        help="records of the simulated log (default 5,000,000; with --days, "
+                             "1,400,000)")
     parser.add_argument("--state-partitions", type=int, default=8,
                         help="partitions of __share_group_state (Kafka's default is 50)")
     parser.add_argument("--repeat", type=int, default=3,
@@ -143,7 +225,17 @@ def main() -> None:
                         help="Delta backends to run, side by side (default: rs)")
     parser.add_argument("--cores", nargs="+", type=int, choices=(1, 2), default=[1, 2],
                         help="local cores to run with (default: 1 and 2)")
+    parser.add_argument("--days", type=int, help="time daily incremental runs (see above)")
+    parser.add_argument("--segment-bytes", type=int, default=256 << 10,
+                        help="segment size of the log --days splits (default %(default)s)")
     args = parser.parse_args()
+    if args.days is not None:
+        if args.days < 3:
+            parser.error("--days must be at least 3")
+        args.records = args.records or 1_400_000
+        days_main(args)
+        return
+    args.records = args.records or 5_000_000
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
     if args.master is not None and not args.master.startswith("spark://"):

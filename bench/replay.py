@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from common import ROOT, large_segment
@@ -49,19 +50,25 @@ def in_subprocess(paths: list[str]) -> dict[str, float]:
     return result
 
 
-def simulated(records: int, state_partitions: int = 3) -> Path:
+def simulated(records: int, state_partitions: int = 3, segment_bytes: int | None = None
+              ) -> Path:
     """A simulated log of `records` share-state records over `state_partitions` partitions
-    of `__share_group_state` (generated once, then reused)."""
+    of `__share_group_state` (generated once, then reused; `segment_bytes`: its segment
+    size, default the simulator's)."""
     from sharestate.simulate import SimulationConfig, simulate
 
-    root = CACHE / f"sim-{records}-p{state_partitions}"
+    root = CACHE / (f"sim-{records}-p{state_partitions}"
+                    + ("" if segment_bytes is None else f"-s{segment_bytes}"))
     if not (root / ".complete").exists():
         if root.exists():
             import shutil
 
             shutil.rmtree(root)
-        simulate(SimulationConfig(records=records, seed=11, groups=5, topics=5, partitions=4,
-                                  state_partitions=state_partitions), root)
+        config = SimulationConfig(records=records, seed=11, groups=5, topics=5, partitions=4,
+                                  state_partitions=state_partitions)
+        if segment_bytes is not None:
+            config = replace(config, segment_bytes=segment_bytes)
+        simulate(config, root)
         (root / ".complete").touch()
     return root
 

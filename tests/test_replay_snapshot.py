@@ -363,7 +363,8 @@ def test_every_snapshot_table_is_documented_and_made() -> None:
     """Each schemas/state file is a table snapshots hold, each with column descriptions."""
     from sharestate.specs import load, names
 
-    assert set(names("state")) == set(snapshot.SHARE_TABLES) | set(snapshot.GROUP_TABLES)
+    assert set(names("state")) == {*snapshot.SHARE_TABLES, *snapshot.GROUP_TABLES,
+                                   *snapshot.AUDIT_TABLES}
     for name in names("state"):
         spec = load("state", name)
         assert spec.layer == "state" and all(c.description for c in spec.columns)

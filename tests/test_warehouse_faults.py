@@ -25,7 +25,7 @@ USAGE = 2
 FULL_AT = {"early": 20, "late": 45}
 """Warehouse file systems this small (percent of a whole run's warehouse): full at
 different points of the run."""
-VOLATILE = {"ingest_run", "finished_at"}
+VOLATILE = {"ingest_run", "finished_at", "run_id", "committed_at"}
 
 
 def _why_no_mounts(scratch: Path) -> str | None:

@@ -159,6 +159,17 @@ class _OpenTransaction:
     subjects: set[ShareKey | str] = field(default_factory=set)
 
 
+class OpenTransaction(NamedTuple):
+    """A transaction a `TransactionAuditor` follows: its producer, offsets, record count and
+    the share-partitions or groups its records concern."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    records: int
+    subjects: frozenset[ShareKey | str]
+
+
 class TransactionAuditor:
     """Finds aborted transactional writes from records and markers seen in log order.
 
@@ -175,6 +186,19 @@ class TransactionAuditor:
     def drain(self) -> list[Row]:
         """The findings emitted since the last call."""
         return _drain(self.rows)
+
+    def open_transactions(self) -> list[OpenTransaction]:
+        """What it follows of the transactions still open, by producer in the order they
+        opened (what `reopen` takes back)."""
+        return [OpenTransaction(producer_id, txn.first_offset, txn.last_offset, txn.records,
+                                frozenset(txn.subjects))
+                for producer_id, txn in self._open.items()]
+
+    def reopen(self, transactions: Iterable[OpenTransaction]) -> None:
+        """Follow `transactions` (what `open_transactions` of another auditor gave), as that
+        one would."""
+        for producer_id, first, last, records, subjects in transactions:
+            self._open[producer_id] = _OpenTransaction(first, last, records, set(subjects))
 
     def record(self, offset: int, producer_id: int, transactional: bool,
                subject: Subject = None) -> None:
@@ -265,6 +289,17 @@ class ShareAuditor:
     def drain(self) -> list[Row]:
         """The findings emitted since the last call (its transactions' included)."""
         return _drain(self.rows)
+
+    def memory(self) -> tuple[dict[ShareKey, _Seen], dict[ShareKey, int | None]]:
+        """What the rules remember (copies): each live key's `_Seen`, in the order keys were
+        first seen, and each deleted key's last state epoch (`remember` takes them back)."""
+        return dict(self._seen), dict(self._deleted)
+
+    def remember(self, seen: Mapping[ShareKey, _Seen],
+                 deleted: Mapping[ShareKey, int | None]) -> None:
+        """Go on from what `memory` of another auditor of the same log gave."""
+        self._seen.update(seen)
+        self._deleted.update(deleted)
 
     def batch(self, item: LogItem) -> None:
         """Feed a decoded batch (or quiet run): its share-state records and its

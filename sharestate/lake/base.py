@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 import pyarrow as pa
 
-from sharestate.lake.partitions import PARTITION_TYPES, PartitionSpec
+from sharestate.lake.partitions import PARTITION_TYPES, FileSpec, PartitionSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -134,6 +134,8 @@ class Lake(ABC):
 
         from sharestate.lake.staged import STAGED, stage, unstage
 
+        if any(t.drop or t.appends for t in targets.values()):
+            raise ValueError(f"the {self.backend} backend replaces whole partitions only")
         schemas = {name: self.schema(t.path) for name, t in targets.items()}
         staged = df.mapInArrow(functools.partial(
             stage, produce=produce, columns={name: s.names for name, s in schemas.items()}),
@@ -166,10 +168,17 @@ Produce = Callable[[Iterator[pa.RecordBatch]], Iterator[tuple[str, pa.RecordBatc
 
 @dataclass(frozen=True)
 class Target:
-    """A table `overwrite_many` replaces: its path and the partitions (None: those written)."""
+    """A table `overwrite_many` replaces: its path and the partitions (None: those written).
+
+    `drop` and `appends` (writes whose executors write the data files only, `DirectLake`;
+    the staged write refuses them) make the write part append: `drop` names more data files to remove in the same commit,
+    those whose rows all match one of its `FileSpec`s, and with `appends` the rows outside
+    `partitions` are added to the table rather than refused."""
 
     path: TablePath
     partitions: Sequence[PartitionSpec] | None = None
+    drop: Sequence[FileSpec] = ()
+    appends: bool = False
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import os
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -38,14 +39,23 @@ from sharestate.lake.data_files import (
     write_data_files,
     write_many_data_files,
 )
-from sharestate.lake.partitions import PartitionSpec, matches, normalize_specs
+from sharestate.lake.partitions import FileSpec, PartitionSpec, matches, normalize_specs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
 Specs = list[dict[str, str | None]]
-"""Normalized partition specs (values as partition strings) a commit replaces."""
+"""Normalized partition specs (values as partition strings)."""
+
+
+@dataclass(frozen=True)
+class Replaced:
+    """The active files a commit removes: those in the partitions `specs` match, and those
+    whose rows all match one of the `drop` conditions (by their column statistics)."""
+
+    specs: Specs
+    drop: Sequence[FileSpec] = ()
 
 
 def root_of(path: TablePath) -> str:
@@ -61,10 +71,10 @@ class DirectLake(Lake):
         """The table's schema and partition columns."""
 
     @abstractmethod
-    def _commit(self, path: TablePath, files: Sequence[DataFile], replaced: Specs | None,
+    def _commit(self, path: TablePath, files: Sequence[DataFile], replaced: Replaced | None,
                 metadata: Any) -> int:
-        """Commit `files` as one transaction, removing the active files of the partitions
-        `replaced` matches (None: an append); the new version."""
+        """Commit `files` as one transaction, removing the active files `replaced` names
+        (None: an append); the new version."""
 
     def append(self, df: Rows, path: TablePath, *, metadata: Any = None) -> int:
         return self._commit(path, self._write(df, path), None, metadata)
@@ -90,8 +100,9 @@ class DirectLake(Lake):
 
         @inheritable_thread_target(self.spark)
         def commit(name: str) -> int:
-            return self._replace(targets[name].path, written[name], targets[name].partitions,
-                                 metadata)
+            target = targets[name]
+            return self._replace(target.path, written[name], target.partitions, metadata,
+                                 target.drop, target.appends)
 
         with ThreadPoolExecutor(max(1, len(targets))) as pool:
             return dict(zip(targets, pool.map(commit, targets), strict=True))
@@ -117,20 +128,23 @@ class DirectLake(Lake):
         return [DataFile.from_row(row.asDict()) for row in rows]
 
     def _replace(self, path: TablePath, files: list[DataFile],
-                 partitions: Sequence[PartitionSpec] | None, metadata: Any) -> int:
-        """Commit `files` replacing `partitions` (None: the partitions the files are in)."""
+                 partitions: Sequence[PartitionSpec] | None, metadata: Any,
+                 drop: Sequence[FileSpec] = (), appends: bool = False) -> int:
+        """Commit `files` replacing `partitions` (None: the partitions the files are in) and
+        the files `drop` matches; rows outside `partitions` are an error unless `appends`."""
         _, partition_by = self._layout(path)
         if partitions is None and partition_by:
             unique = {json.dumps(f.partition_values, sort_keys=True): f for f in files}
-            return self._commit(path, files, [dict(f.partition_values)
-                                              for f in unique.values()], metadata)
-        specs = normalize_specs([{}] if partitions is None else partitions, partition_by)
-        if stray := [f for f in files if not matches(specs, f.partition_values)]:
-            for file in files:
-                os.remove(os.path.join(root_of(path), file.path))
-            raise ValueError(f"rows outside the partitions being replaced, e.g. "
-                             f"{dict(stray[0].partition_values)}; replacing {specs}")
-        return self._commit(path, files, specs, metadata)
+            specs: Specs = [dict(f.partition_values) for f in unique.values()]
+        else:
+            specs = normalize_specs([{}] if partitions is None else partitions, partition_by)
+            if not appends and (stray := [f for f in files
+                                          if not matches(specs, f.partition_values)]):
+                for file in files:
+                    os.remove(os.path.join(root_of(path), file.path))
+                raise ValueError(f"rows outside the partitions being replaced, e.g. "
+                                 f"{dict(stray[0].partition_values)}; replacing {specs}")
+        return self._commit(path, files, Replaced(specs, tuple(drop)), metadata)
 
 
 def _struct(schema: pa.Schema) -> StructType:

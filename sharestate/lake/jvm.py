@@ -48,7 +48,7 @@ from sharestate.lake.base import (
 )
 from sharestate.lake.data_files import DataFile
 from sharestate.lake.delta_txn import DeltaTransactions
-from sharestate.lake.direct import DirectLake, Specs
+from sharestate.lake.direct import DirectLake, Replaced
 from sharestate.lake.partitions import PartitionSpec, normalize_specs, replace_where
 from sharestate.locations import URI
 
@@ -224,7 +224,7 @@ class JvmLake(DirectLake):
     def _transactions(self) -> DeltaTransactions | None:
         return DeltaTransactions.open(self.spark)
 
-    def _commit(self, path: TablePath, files: Sequence[DataFile], replaced: Specs | None,
+    def _commit(self, path: TablePath, files: Sequence[DataFile], replaced: Replaced | None,
                 metadata: Any) -> int:
         transactions = self._transactions
         assert transactions is not None, "only tables _direct() accepts are committed here"
@@ -237,12 +237,14 @@ class JvmLake(DirectLake):
 
             from sharestate.lake.rs import replaced_files
 
-            return replaced_files(RsTable(root, version=version), replaced or [])
+            assert replaced is not None
+            return replaced_files(RsTable(root, version=version), replaced)
 
         return transactions.commit(
             root, files, None if replaced is None else removed,
             partition_by=self.partition_columns(path),
-            predicate=None if replaced is None else replace_where(replaced, self._types(path)),
+            predicate=None if replaced is None else replace_where(replaced.specs,
+                                                                  self._types(path)),
             user_metadata=metadata_json(metadata))
 
     def _table(self, path: TablePath) -> DeltaTable:

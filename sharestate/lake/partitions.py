@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 PARTITION_TYPES = frozenset({"string", "byte", "short", "integer", "long", "boolean", "date"})
 """Delta type names a partition column may have."""
@@ -18,6 +19,10 @@ NULL_FOLDER = "__HIVE_DEFAULT_PARTITION__"
 
 PartitionSpec = Mapping[str, object]
 """Some partition columns and their values (None for null): the partitions it matches."""
+
+FileSpec = Mapping[str, tuple[str, object]]
+"""Conditions on columns (partition columns or not), each `("=", value)`, `("in", values)` or
+`(">", value)`: the data files whose rows all meet every one (`file_matches`)."""
 
 # Characters Spark's ExternalCatalogUtils.escapePathName escapes in a folder name.
 _ESCAPED = frozenset('"#%\'*/:=?\\\x7f{[]^') | frozenset(chr(c) for c in range(1, 32))
@@ -92,3 +97,36 @@ def replace_where(specs: Sequence[Mapping[str, str | None]], types: Mapping[str,
                  for column, value in spec.items()]
         terms.append("(" + " AND ".join(parts) + ")" if parts else "true")
     return " OR ".join(terms) if terms else "false"
+
+
+def file_matches(spec: FileSpec, partition_values: Mapping[str, str | None],
+                 low: Mapping[str, Any], high: Mapping[str, Any]) -> bool:
+    """Whether every row of a data file meets `spec`, from its partition values and its
+    columns' minimums and maximums (`low`, `high`). ValueError when the statistics cannot
+    tell none or all of its rows do (a file is removed whole or not at all)."""
+    stats = []
+    for column, (op, value) in spec.items():
+        wanted = list(value) if op == "in" else [value]  # type: ignore[call-overload]
+        if column in partition_values:
+            if op == ">":
+                raise ValueError(f"no order on partition column {column}")
+            if partition_values[column] not in {partition_string(v) for v in wanted}:
+                return False
+        else:
+            stats.append((column, op, value, wanted))
+    every = True
+    for column, op, value, wanted in stats:
+        least, most = low.get(column), high.get(column)
+        if least is None or most is None:
+            raise ValueError(f"a data file without statistics of {column}")
+        if op == ">":
+            all_rows, some_rows = least > value, most > value
+        else:
+            all_rows = least == most and least in wanted
+            some_rows = any(least <= w <= most for w in wanted)
+        if not some_rows:
+            return False
+        every = every and all_rows
+    if not every:
+        raise ValueError(f"a data file holds rows on both sides of {dict(spec)!r}")
+    return True

@@ -40,8 +40,8 @@ from sharestate.lake.base import (
     parse_schema,
 )
 from sharestate.lake.data_files import DataFile
-from sharestate.lake.direct import DirectLake, Specs
-from sharestate.lake.partitions import matches, partition_string, replace_where
+from sharestate.lake.direct import DirectLake, Replaced
+from sharestate.lake.partitions import file_matches, matches, partition_string, replace_where
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -118,18 +118,26 @@ class ReplacedFile:
     size: int
 
 
-def replaced_files(table: DeltaTable, specs: Sequence[Mapping[str, str | None]]
-                   ) -> list[ReplacedFile]:
+def replaced_files(table: DeltaTable, replaced: Replaced) -> list[ReplacedFile]:
     """The active files of `table` (at the version it was opened at) in the partitions
-    `specs` match."""
+    `replaced.specs` match, and those whose rows all match a spec of `replaced.drop` (by
+    their statistics)."""
     partition_by = table.metadata().partition_columns
     found = []
     for entry in pa.table(table.get_add_actions(flatten=True)).to_pylist():
         values = {c: partition_string(entry[f"partition.{c}"]) for c in partition_by}
-        if matches(specs, values):
+        if matches(replaced.specs, values) or (replaced.drop and any(
+                file_matches(spec, values, _stats(entry, "min."), _stats(entry, "max."))
+                for spec in replaced.drop)):
             found.append(ReplacedFile(urllib.parse.unquote(entry["path"]), values,
                                       int(entry["size_bytes"])))
     return found
+
+
+def _stats(entry: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """One kind of column statistic (`min.`, `max.`) of a flattened add action."""
+    return {key[len(prefix):]: value for key, value in entry.items()
+            if key.startswith(prefix)}
 
 
 class RsLake(DirectLake):
@@ -205,7 +213,7 @@ class RsLake(DirectLake):
         self._table(path)
         return table_layout(path)
 
-    def _commit(self, path: TablePath, files: Sequence[DataFile], replaced: Specs | None,
+    def _commit(self, path: TablePath, files: Sequence[DataFile], replaced: Replaced | None,
                 metadata: Any) -> int:
         """Commit the files (and the removal of the replaced ones) as one transaction."""
         table = self._table(path)
@@ -216,7 +224,7 @@ class RsLake(DirectLake):
             now = int(time.time() * 1000)
             removes = [RemoveAction(f.path, True, now, f.size, dict(f.partition_values))
                        for f in replaced_files(table, replaced)]
-            parameters["predicate"] = replace_where(replaced, types)
+            parameters["predicate"] = replace_where(replaced.specs, types)
         adds = [AddAction(f.path, f.size, dict(f.partition_values), f.modification_time, True,
                           f.stats) for f in files]
         custom: dict[str, Any] = {"operationParameters": parameters}

@@ -50,6 +50,9 @@ SHARE_TABLES = ("share_replay", "share_keys", "share_pending", "prune_ledger", "
 GROUP_TABLES = ("group_replay", "committed_offsets", "pending_offsets", "groups",
                 "group_members", "target_assignments", "share_group_metadata",
                 "group_anomalies", "skipped_records", "log_findings")
+AUDIT_TABLES = ("audit_keys", "audit_deleted", "audit_transactions")
+"""What the pipeline's audit of a partition remembers (`sharestate.analytics.audit_state`),
+kept with the replay's snapshot in `replay_state`."""
 
 CORE = ("log", "records", "coordinator", "replay")
 """The packages whose code decodes and replays records (every module in them)."""
@@ -128,18 +131,19 @@ def fingerprint() -> str:
         digest.update(path.read_bytes())
     root = resources.files("sharestate.schemas")
     for name in SCHEMAS:
-        _digest_tree(digest, root.joinpath(name), name)
+        digest_tree(digest, root.joinpath(name), name)
     # an extension built before it carried its sources' digest: "unknown" (rebuild it)
     sources = getattr(native.module, "SOURCES", "unknown") if native.enabled() else "-"
     digest.update(b"csrc\0" + sources.encode())
     return digest.hexdigest()
 
 
-def _digest_tree(digest: hashlib._Hash, entry: Traversable, name: str) -> None:
+def digest_tree(digest: hashlib._Hash, entry: Traversable, name: str) -> None:
+    """Feed `digest` the names and bytes of the JSON files under `entry` (named `name`)."""
     if entry.is_dir():
         for child in sorted(entry.iterdir(), key=lambda child: child.name):
             if child.name != "__pycache__":
-                _digest_tree(digest, child, f"{name}/{child.name}")
+                digest_tree(digest, child, f"{name}/{child.name}")
     elif name.endswith(".json"):
         digest.update(name.encode() + b"\0" + entry.read_bytes())
 
@@ -197,4 +201,4 @@ def decode(data: bytes) -> list[Snapshot]:
 
 @cache
 def schema_names() -> frozenset[str]:
-    return frozenset((*SHARE_TABLES, *GROUP_TABLES))
+    return frozenset((*SHARE_TABLES, *GROUP_TABLES, *AUDIT_TABLES))

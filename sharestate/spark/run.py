@@ -104,7 +104,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    default=DEFAULT_RETENTION_MINUTES,
                    help="offsets.retention.minutes, for the expiry forecast")
     p.add_argument("--full", action="store_true",
-                   help="re-ingest every segment, not only new or changed ones")
+                   help="re-ingest every segment, not only new or changed ones, and replay "
+                        "every partition from its log start")
     p.add_argument("--max-batch-records", type=arguments.count,
                    default=DEFAULT_MAX_BATCH_RECORDS,
                    metavar="N", help="refuse (as a decode error) a batch declaring more "
@@ -313,7 +314,7 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
                                               only_run=args.run_id))
                 elif job == "replay":
                     reports.append(replay(spark, warehouse, run_id=run_id, options=gold,
-                                          executors=kernels))
+                                          executors=kernels, full=args.full))
                 elif job == QUALITY:
                     from sharestate.spark.quality_job import quality_job
 

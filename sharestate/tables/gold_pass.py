@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import groupby
+from itertools import chain, groupby
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sharestate.analytics.audit import ShareAuditor, TransactionAuditor, shard_finding_rows
+from sharestate.analytics.audit_state import restore_share_audit, share_audit_tables
 from sharestate.analytics.offsets import OffsetHistory
 from sharestate.coordinator.shard import KAFKA
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
@@ -33,14 +34,16 @@ from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.replay.group_log import replay_group_log
 from sharestate.replay.logs import END, AsOf
 from sharestate.replay.prune import prune_recommendation
-from sharestate.replay.share_log import HistoryEntry, ShareReplay
+from sharestate.replay.share_log import HistoryEntry, ShareReplay, share_state
+from sharestate.replay.snapshot import Snapshot, decode
 from sharestate.tables.arrow_log import COLUMNS, ArrowLog
 from sharestate.tables.gold import history_batch, state_batch
 from sharestate.tables.metadata import metadata_rows
+from sharestate.tables.replay_state import restored_dialect, state_row
 from sharestate.tables.spec import table
 
 SHARE_GOLD = ("share_partition_state_history", "share_partition_state",
-              "prune_recommendations", "audit_findings")
+              "prune_recommendations", "audit_findings", "replay_state")
 GROUP_GOLD = ("consumer_group_offsets", "share_group_partitions", "audit_findings")
 HISTORY_ROWS = 65_536
 REPLAY_COLUMNS = (*COLUMNS, "segment", "dialect")
@@ -63,12 +66,16 @@ def rows_of(name: str, rows: pa.RecordBatch | list[dict[str, Any]]) -> Rows:
 
 @dataclass(frozen=True)
 class GoldOptions:
-    """How the gold pass replays: stop point, semantics, Kafka's config."""
+    """How the gold pass replays: stop point, semantics, Kafka's config; and the run whose
+    `replay_state` rows it makes (when `as_of` is unbounded)."""
 
     as_of: AsOf = END
     semantics: str = KAFKA
     snapshot_update_records_per_snapshot: int = DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
     retention_minutes: int = 10080
+    run_id: str = ""
+    started_at: int = 0
+    """When the run's replay began, epoch ms (`replay_state.committed_at`)."""
 
 
 def column_runs(rows: Iterable[pa.RecordBatch], column: str
@@ -101,31 +108,61 @@ def _first_dialect(slices: Iterator[pa.RecordBatch]) -> tuple[str, Iterator[pa.R
 
 
 def share_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator[Rows]:
-    """Gold rows for bronze rows of `__share_group_state` (see the module)."""
+    """Gold rows for bronze rows of `__share_group_state` (see the module), every partition
+    replayed from its log start."""
     for partition, slices in column_runs(rows, "partition"):
-        dialect, slices = _first_dialect(slices)
-        auditor = ShareAuditor(partition, dialects=(dialect,))
-        log = ArrowLog(SHARE_STATE_TOPIC, partition, slices, dialect)
-        replay = ShareReplay.of_log(log, as_of=options.as_of, semantics=options.semantics,
-                                    snapshot_update_records_per_snapshot=(
-                                        options.snapshot_update_records_per_snapshot),
-                                    collect_history=True, observe=auditor.batch)
-        pending: list[HistoryEntry] = []
-        for item in log.items():
-            pending.extend(replay.apply(item))
-            if len(pending) >= HISTORY_ROWS:
-                yield SHARE_GOLD[0], history_batch(pending, SHARE_STATE_TOPIC, partition,
-                                                   dialect)
-                pending = []
-            if replay.stopped:
-                break
-        if pending:
+        yield from share_partition_gold(partition, slices, options)
+
+
+def share_partition_gold(partition: int, rows: Iterable[pa.RecordBatch],
+                         options: GoldOptions, state: bytes | None = None) -> Iterator[Rows]:
+    """Gold rows of one `__share_group_state` partition: its bronze rows replayed from its
+    log start, or with `state` (its `replay_state` row's) from that state, `rows` being the
+    ones above it. Either way the history, audit findings and shard findings of the records
+    it applies, the partition's state tables whole, and (with no stop point) its new
+    `replay_state` row."""
+    slices = iter(rows)
+    first = next(slices, None)
+    taken = decode(state)[0] if state is not None else None
+    dialect = (restored_dialect(taken) if taken is not None
+               else None if first is None else first.column("dialect")[0].as_py())
+    if dialect is None:
+        return
+    auditor = ShareAuditor(partition, dialects=(dialect,))
+    if taken is not None:
+        replay = ShareReplay.restore(taken, as_of=options.as_of, collect_history=True,
+                                     observe=auditor.batch)
+        restore_share_audit(auditor, taken.tables)
+    else:
+        replay = ShareReplay(share_state(SHARE_STATE_TOPIC, partition, (dialect,),
+                                         semantics=options.semantics,
+                                         snapshot_update_records_per_snapshot=(
+                                             options.snapshot_update_records_per_snapshot)),
+                             as_of=options.as_of, collect_history=True, observe=auditor.batch)
+    known = len(replay.result.shard.findings)
+    log = ArrowLog(SHARE_STATE_TOPIC, partition,
+                   [] if first is None else chain([first], slices), dialect)
+    pending: list[HistoryEntry] = []
+    for item in log.items():
+        pending.extend(replay.apply(item))
+        if len(pending) >= HISTORY_ROWS:
             yield SHARE_GOLD[0], history_batch(pending, SHARE_STATE_TOPIC, partition, dialect)
-        result = replay.result
-        yield "share_partition_state", state_batch(result)
-        yield rows_of("prune_recommendations", [prune_recommendation(result)])
-        yield rows_of("audit_findings", [
-            *auditor.drain(), *shard_finding_rows(result.shard.findings, partition)])
+            pending = []
+        if replay.stopped:
+            break
+    if pending:
+        yield SHARE_GOLD[0], history_batch(pending, SHARE_STATE_TOPIC, partition, dialect)
+    result = replay.result
+    yield "share_partition_state", state_batch(result)
+    yield rows_of("prune_recommendations", [prune_recommendation(result)])
+    yield rows_of("audit_findings", [
+        *auditor.drain(), *shard_finding_rows(result.shard.findings[known:], partition)])
+    if options.as_of.unbounded:
+        snapshot = replay.snapshot()
+        tables = {**snapshot.tables, **share_audit_tables(auditor)}
+        yield rows_of("replay_state", [state_row(
+            Snapshot(snapshot.topic, snapshot.partition, tables), result.last_applied_offset,
+            result.last_applied_timestamp, result.records, options)])
 
 
 def group_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator[Rows]:
@@ -148,18 +185,21 @@ def group_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator
 
 class BronzeFile(NamedTuple):
     """A bronze data file of one topic-partition: where, its offsets (from its statistics)
-    and when its segment was read (epoch ms: the latest read wins where files overlap)."""
+    and when its segment was read (epoch ms: the latest read wins where files overlap);
+    `below`: its rows from that offset on are of a log that went back since (not read)."""
 
     uri: str
     first_offset: int
     last_offset: int
     read_at: int
+    below: int | None = None
 
 
-def read_partition_files(partition: int, files: Sequence[BronzeFile]
-                         ) -> Iterator[pa.RecordBatch]:
+def read_partition_files(partition: int, files: Sequence[BronzeFile], *,
+                         above: int | None = None) -> Iterator[pa.RecordBatch]:
     """Bronze rows of one topic-partition from its data files, in offset order and each
-    offset once, with the `partition` column the gold passes group by.
+    offset once (only those above offset `above`, when given), with the `partition` column
+    the gold passes group by.
 
     Files are taken in offset order, not segment order: a segment Kafka's log cleaner
     rewrote repeats offsets that other files (segments it merged, since deleted) hold too.
@@ -171,6 +211,8 @@ def read_partition_files(partition: int, files: Sequence[BronzeFile]
     import pyarrow.parquet as pq
 
     columns = [*REPLAY_COLUMNS]
+    files = [f for f in files if (above is None or f.last_offset > above)
+             and (f.below is None or f.first_offset < f.below)]
     for group in _overlapping(files):
         if len(group) == 1:
             source = pq.ParquetFile(group[0].uri)
@@ -181,14 +223,25 @@ def read_partition_files(partition: int, files: Sequence[BronzeFile]
             else:
                 batches = iter(source.read(columns=columns).sort_by("offset").to_batches(
                     max_chunksize=READ_ROWS))
+            below = group[0].below
         else:
-            batches = iter(merge_by_offset([pq.read_table(f.uri, columns=columns)
+            batches = iter(merge_by_offset([_valid(pq.read_table(f.uri, columns=columns), f)
                                             for f in group], [f.read_at for f in group])
                            .to_batches(max_chunksize=READ_ROWS))
+            below = None
         for rows in batches:
-            rows = rows.filter(pc.is_valid(rows.column("offset")))
+            offsets = rows.column("offset")
+            keep = pc.is_valid(offsets) if above is None else pc.greater(offsets, above)
+            if below is not None:
+                keep = pc.and_(keep, pc.less(offsets, below))
+            rows = rows.filter(keep)
             yield rows.append_column("partition", pa.repeat(pa.scalar(partition, pa.int32()),
                                                             rows.num_rows))
+
+
+def _valid(rows: pa.Table, f: BronzeFile) -> pa.Table:
+    """The rows of `f` that are not of a log that went back."""
+    return rows if f.below is None else rows.filter(pc.less(rows["offset"], f.below))
 
 
 def _overlapping(files: Sequence[BronzeFile]) -> Iterator[list[BronzeFile]]:

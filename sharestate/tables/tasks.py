@@ -7,7 +7,6 @@ its input once whatever the number of tables. Pure pyarrow and the core; no Spar
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -91,15 +90,19 @@ def _silver(batch: pa.RecordBatch, decoded: list[KeyValue | None] | None = None
 
 
 def replay_partitions(tasks: Iterator[pa.RecordBatch], options: GoldOptions) -> Iterator[Rows]:
-    """Replay tasks (rows: topic, partition, files) into the gold tables; each task reads its
-    partition's bronze files itself, in offset order."""
+    """Replay tasks (rows: topic, partition, files, state) into the gold tables; each task
+    reads its partition's bronze files itself, in offset order: all of them, or with a
+    `state` (a `replay_state` row's) only the rows above its last applied offset."""
     quiet_gc()
     for batch in tasks:
-        for topic, group in itertools.groupby(batch.to_pylist(), key=lambda r: r["topic"]):
-            rows = (part for task in group for part in read_partition_files(
-                task["partition"], [BronzeFile(**f) for f in task["files"]]))
-            if topic == SHARE_STATE_TOPIC:
-                yield from gold_pass.share_gold(rows, options)
+        for task in batch.to_pylist():
+            state = task.get("state")
+            rows = read_partition_files(task["partition"],
+                                        [BronzeFile(**f) for f in task["files"]],
+                                        above=task.get("above"))
+            if task["topic"] == SHARE_STATE_TOPIC:
+                yield from gold_pass.share_partition_gold(task["partition"], rows, options,
+                                                          state)
             else:
                 yield from gold_pass.group_gold(rows, options)
 

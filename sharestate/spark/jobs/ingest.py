@@ -29,7 +29,7 @@ from sharestate.spark.jobs.warehouse import (
     table_rows,
 )
 from sharestate.tables import bronze as bronze_rows
-from sharestate.tables import tasks
+from sharestate.tables import log_changes, tasks
 from sharestate.tables.runs import ingest_run_row
 
 
@@ -185,6 +185,9 @@ def _write_bronze(spark: SparkSession, lake: Lake, warehouse: Warehouse, inputs:
     runs = [ingest_run_row(run_id, c, findings=counts.get(key, 0), note=note,
                            size_and_time=sizes.get(c["source"], (None, None)),
                            finished_at=finished) for key, c in covered.items()]
+    if before is not None and after is not None:
+        runs.extend(_went_back(before["log_records"], after["log_records"], covered, sizes,
+                               run_id, finished, report))
     if runs:
         lake.append(rows_table(runs, "ingest_runs"), warehouse.path("ingest_runs"),
                     metadata={**meta, "inputs": len(runs)})
@@ -193,6 +196,43 @@ def _write_bronze(spark: SparkSession, lake: Lake, warehouse: Warehouse, inputs:
     found = sum(counts.values())
     report.rows["decode_errors"] = report.rows.get("decode_errors", 0) + found
     report.findings += found
+
+
+def _went_back(before: list[ActiveFile], after: list[ActiveFile], covered: Coverage,
+               sizes: dict[str, tuple[int, int]], run_id: str, finished: int,
+               report: RunReport) -> list[dict[str, Any]]:
+    """The `ingest_runs` rows of the partitions whose log went back (`log_changes`): what
+    the run read contradicts what bronze held. Each is said on stderr too."""
+    old = {f.uri for f in before}
+    new = {f.uri for f in after}
+    data = {f.uri: d for f in [*before, *after] if (d := _bronze_data(f)) is not None}
+    found = log_changes.changes([d for uri, d in data.items() if uri not in old],
+                                [d for uri, d in data.items() if uri in old],
+                                [d for uri, d in data.items() if uri in old and uri not in new])
+    by_segment = {(c["topic"], c["partition"], c["segment"]): c for c in covered.values()}
+    rows = []
+    for change in found:
+        read = by_segment.get((change.topic, change.partition, change.segment))
+        source = read["source"] if read else ""
+        rows.append(ingest_run_row(
+            run_id, {"source": source, "topic": change.topic, "partition": change.partition,
+                     "segment": change.segment, "first_offset": change.offset,
+                     "last_offset": None, "records": 0}, findings=0,
+            size_and_time=sizes.get(source, (None, None)),
+            note=log_changes.went_back_note(change), finished_at=finished))
+        report.notes.append(f"{change.topic}-{change.partition}: "
+                            f"{log_changes.went_back_note(change)}; the partition is replayed "
+                            f"from its log start, without what was read of the log before")
+    return rows
+
+
+def _bronze_data(f: ActiveFile) -> log_changes.BronzeData | None:
+    low, high = f.min_values.get("offset"), f.max_values.get("offset")
+    if not f.records or low is None or high is None:
+        return None
+    values = f.partition_values
+    return log_changes.BronzeData(f.uri, str(values["topic"]), int(values["partition"]),
+                                  int(values["segment"]), int(low), int(high))
 
 
 def _bronze_files(lake: Lake, warehouse: Warehouse) -> dict[str, list[ActiveFile]] | None:

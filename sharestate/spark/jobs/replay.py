@@ -1,12 +1,22 @@
-"""The replay job: bronze, per internal-topic partition in offset order from the log start
-(as Kafka's coordinator loads it) -> the replayed gold tables and the log-derived
-`audit_findings`, recomputed and replaced on every run."""
+"""The replay job: bronze, per internal-topic partition in offset order -> the replayed gold
+tables and the log-derived `audit_findings`.
+
+A `__share_group_state` partition goes on from its `replay_state` row (its state at the last
+offset the previous run applied) when that row was made by the same code with the same
+settings: only the bronze rows above it are read and applied, its history and findings are
+appended, its state tables replaced, and its new state committed last (a run that dies
+before is healed by the next, which drops what it appended above the state). Any other
+partition, every partition of a run with `--full` or a stop point, and every partition on a
+backend that cannot list its files (jvm) are replayed from the log start (as Kafka's
+coordinator loads them) and their rows replaced."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from functools import partial
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -15,31 +25,50 @@ from pyspark.sql import functions as F
 
 from sharestate.analytics.audit import rules_of
 from sharestate.lake import ActiveFile, Lake, Produce, Target, open_lake
+from sharestate.lake.partitions import FileSpec, PartitionSpec
 from sharestate.log import INTERNAL_TOPICS
+from sharestate.records.catalog import SHARE_STATE_TOPIC
 from sharestate.replay.logs import AsOf, past_end_line
 from sharestate.spark.jobs.warehouse import RunReport, Warehouse, one_task_each, table_rows
 from sharestate.tables import gold_pass, tasks
+from sharestate.tables.log_changes import went_back_offset
+from sharestate.tables.replay_state import resumable
 
-PARTITION_FILES = pa.schema([("topic", pa.string()), ("partition", pa.int32()),
+PARTITION_TASKS = pa.schema([("topic", pa.string()), ("partition", pa.int32()),
                              ("files", pa.list_(pa.struct([
                                  ("uri", pa.string()), ("first_offset", pa.int64()),
-                                 ("last_offset", pa.int64()), ("read_at", pa.int64())])))])
-"""A replay task: an internal-topic partition's bronze files (`gold_pass.BronzeFile`)."""
+                                 ("last_offset", pa.int64()), ("read_at", pa.int64()),
+                                 ("below", pa.int64())]))),
+                             ("state", pa.binary()), ("above", pa.int64())])
+"""A replay task: an internal-topic partition's bronze files (`gold_pass.BronzeFile`) and
+the `replay_state` it goes on from (null: from the log start), with its last applied offset
+(`above`: the files and rows at or below it are not read)."""
 RULES = rules_of("replay")
 """The `audit_findings` rules this job owns (it replaces their partitions)."""
 
 
-def _replay_inputs(spark: SparkSession, lake: Lake, warehouse: Warehouse,
-                   options: gold_pass.GoldOptions) -> tuple[DataFrame, Produce]:
-    """The replay's input and task: one task per internal-topic partition reading its bronze
-    files itself (no shuffle) where the backend lists them; else Spark reads, shuffles by
-    (topic, partition) and sorts by offset. Either way an offset in several segments (a
-    segment the log cleaner rewrote, and the ones it merged) is one record, the copy of the
-    segment read last (`gold_pass.read_partition_files`)."""
+@dataclass
+class Plan:
+    """What the replay reads and how it writes: its input, its task and its targets."""
+
+    inputs: DataFrame
+    produce: Produce
+    targets: dict[str, Target]
+
+
+def _plan(spark: SparkSession, lake: Lake, warehouse: Warehouse,
+          options: gold_pass.GoldOptions, full: bool) -> Plan:
+    """One task per internal-topic partition reading its bronze files itself (no shuffle)
+    where the backend lists them; else Spark reads, shuffles by (topic, partition) and sorts
+    by offset, every partition from its log start. Either way an offset in several segments
+    (a segment the log cleaner rewrote, and the ones it merged) is one record, the copy of
+    the segment read last (`gold_pass.read_partition_files`)."""
     from sharestate.tables.gold_pass import REPLAY_COLUMNS
 
-    read_at = _read_at(lake, warehouse)
+    reads = _reads(lake, warehouse)
+    read_at = reads.read_at
     files = lake.active_files(warehouse.path("log_records"))
+    whole = {name: Target(warehouse.path(name), [{}]) for name in REPLAY_TABLES}
     if files is None:
         rows = lake.read(warehouse.path("log_records")).where(F.col("offset").isNotNull())
         when = spark.createDataFrame(
@@ -52,38 +81,95 @@ def _replay_inputs(spark: SparkSession, lake: Lake, warehouse: Warehouse,
             "topic", "partition", *REPLAY_COLUMNS).repartition(
             spark.sparkContext.defaultParallelism * 2, "topic", "partition"
         ).sortWithinPartitions("topic", "partition", "offset")
-        return ordered, partial(tasks.replay_rows, options=options)
+        whole["audit_findings"] = Target(warehouse.path("audit_findings"),
+                                         [{"rule": rule} for rule in RULES])
+        return Plan(ordered, partial(tasks.replay_rows, options=options), whole)
     by_partition: dict[tuple[str, int], list[ActiveFile]] = {}
     for f in files:
         if f.records:
             key = (str(f.partition_values["topic"]), int(f.partition_values["partition"]))
             by_partition.setdefault(key, []).append(f)
-    largest_first = sorted(by_partition.items(),
-                           key=lambda item: (-sum(f.records for f in item[1]), item[0]))
-    work = [(topic, partition, [
-        {"uri": f.uri, "first_offset": f.min_values.get("offset", -1),
-         "last_offset": f.max_values.get("offset", 1 << 62),
-         "read_at": read_at.get((topic, partition, int(f.partition_values["segment"])), 0)}
-        for f in group]) for (topic, partition), group in largest_first]
-    return (one_task_each(spark, work, PARTITION_FILES),
-            partial(tasks.replay_partitions, options=options))
+    states = {} if full else {key: row for key, row in _states(lake, warehouse, options).items()
+                              if reads.below(*key, row["committed_at"]) is None}
+    for key in states:
+        by_partition.setdefault(key, [])
+    work = []
+    replaced: list[PartitionSpec] = []
+    dropped: list[FileSpec] = []
+    audit: list[FileSpec] = []
+    for (topic, partition), group in sorted(by_partition.items(), key=lambda item: (
+            -sum(f.records for f in item[1]), item[0])):
+        state = states.get((topic, partition))
+        above = None if state is None else state["last_applied_offset"]
+        here = {"topic": ("=", topic), "partition": ("=", partition), "rule": ("in", RULES)}
+        if state is None:
+            audit.append(here)
+            if topic == SHARE_STATE_TOPIC:
+                replaced.append({"state_partition": partition})
+        elif above is not None:  # what a run that died before its state appended is dropped
+            audit.append({**here, "offset": (">", above)})
+            dropped.append({"state_partition": ("=", partition), "record_offset": (">", above)})
+        files_read = []
+        for f in group:
+            at = read_at.get((topic, partition, int(f.partition_values["segment"])), 0)
+            last = f.max_values.get("offset", 1 << 62)
+            if above is None or last > above:
+                files_read.append({"uri": f.uri, "first_offset": f.min_values.get("offset", -1),
+                                   "last_offset": last, "read_at": at,
+                                   "below": reads.below(topic, partition, at)})
+        work.append((topic, partition, files_read, None if state is None else state["state"],
+                     above))
+    targets = {**whole, REPLAY_TABLES[0]: Target(warehouse.path(REPLAY_TABLES[0]), replaced,
+                                                 drop=dropped, appends=True),
+               "audit_findings": Target(warehouse.path("audit_findings"), [], drop=audit,
+                                        appends=True)}
+    return Plan(one_task_each(spark, work, PARTITION_TASKS),
+                partial(tasks.replay_partitions, options=options), targets)
 
 
-def _read_at(lake: Lake, warehouse: Warehouse) -> dict[tuple[str, int, int], int]:
-    """When each bronze segment was last read (`ingest_runs`: the run that wrote its rows)."""
+def _states(lake: Lake, warehouse: Warehouse, options: gold_pass.GoldOptions
+            ) -> dict[tuple[str, int], dict[str, Any]]:
+    """The `replay_state` rows a run with `options` goes on from, by partition."""
+    rows = lake.read_arrow(warehouse.path("replay_state")).to_pylist()
+    return {(row["topic"], row["partition"]): row for row in rows if resumable(row, options)}
+
+
+@dataclass
+class Reads:
+    """What `ingest_runs` says of bronze: when each segment was last read, and where each
+    partition's log went back (offset, when it was found)."""
+
+    read_at: dict[tuple[str, int, int], int]
+    went_back: dict[tuple[str, int], list[tuple[int, int]]]
+
+    def below(self, topic: str, partition: int, read_at: int) -> int | None:
+        """The offset from which rows read at `read_at` are of a log that is gone."""
+        return min((offset for offset, found in self.went_back.get((topic, partition), ())
+                    if found > read_at), default=None)
+
+
+def _reads(lake: Lake, warehouse: Warehouse) -> Reads:
     runs = lake.read_arrow(warehouse.path("ingest_runs"),
-                           ["job", "topic", "partition", "segment", "finished_at"])
-    found: dict[tuple[str, int, int], int] = {}
+                           ["job", "topic", "partition", "segment", "first_offset", "note",
+                            "finished_at"])
+    reads = Reads({}, {})
     for row in runs.to_pylist():
-        if row["job"] == "ingest" and row["segment"] is not None:
-            key = (row["topic"], row["partition"], row["segment"])
-            found[key] = max(found.get(key, 0), row["finished_at"] or 0)
-    return found
+        if row["job"] != "ingest" or row["segment"] is None:
+            continue
+        key = (row["topic"], row["partition"], row["segment"])
+        at = row["finished_at"] or 0
+        reads.read_at[key] = max(reads.read_at.get(key, 0), at)
+        offset = went_back_offset(row["note"])
+        if offset is not None:
+            reads.went_back.setdefault(key[:2], []).append((offset, at))
+    return reads
 
 
 REPLAY_TABLES = ("share_partition_state_history", "share_partition_state",
                  "prune_recommendations", "consumer_group_offsets", "share_group_partitions",
-                 "audit_findings")
+                 "audit_findings", "replay_state")
+"""The tables the job writes, `replay_state` last: a partition's state is committed after
+the rows it was made with."""
 
 
 def _drop_tables(produce: Produce, keep: Sequence[str]) -> Produce:
@@ -95,21 +181,20 @@ def _drop_tables(produce: Produce, keep: Sequence[str]) -> Produce:
 
 
 def replay(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
-           options: gold_pass.GoldOptions, executors: str | None = None) -> RunReport:
-    """Bronze -> the replayed gold tables and the log-derived audit findings, in one pass:
-    every internal-topic partition replayed once, from the log start. `executors` (their
-    kernels) goes into the commit's metadata."""
+           options: gold_pass.GoldOptions, executors: str | None = None,
+           full: bool = False) -> RunReport:
+    """Bronze -> the replayed gold tables and the log-derived audit findings, in one pass
+    over what is new (see the module; `full`: every partition from its log start).
+    `executors` (their kernels) goes into the commit's metadata."""
     started = time.monotonic()
+    options = replace(options, run_id=run_id, started_at=int(time.time() * 1000))
     lake = open_lake(spark)
     warehouse.create_all(lake)
-    inputs, produce = _replay_inputs(spark, lake, warehouse, options)
-    targets = {name: Target(warehouse.path(name), [{}]) for name in REPLAY_TABLES}
-    targets["audit_findings"] = Target(warehouse.path("audit_findings"),
-                                       [{"rule": rule} for rule in RULES])
+    plan = _plan(spark, lake, warehouse, options, full)
     metadata = {"run": run_id, "job": "replay", "as_of": {"offset": options.as_of.offset,
                                                           "time": options.as_of.time},
                 "semantics": options.semantics, "executors": executors}
-    lake.overwrite_many(inputs, _drop_tables(produce, REPLAY_TABLES), targets,
+    lake.overwrite_many(plan.inputs, _drop_tables(plan.produce, REPLAY_TABLES), plan.targets,
                         metadata=metadata)
     report = RunReport("replay", run_id, rows={name: table_rows(warehouse.path(name))
                                                for name in REPLAY_TABLES})

@@ -1,0 +1,110 @@
+"""Incremental replay tasks: a `__share_group_state` partition replayed day by day, each run
+going on from the `replay_state` row the previous one made and reading only the bronze rows
+above it (older segments removed from bronze's reading, as Kafka deletes them), appends the
+history and findings and replaces the state tables with exactly what one run over all the
+days gives — on Kafka's fixture logs and a simulated one. (The Spark job and the pipeline:
+tests/test_pipeline_incremental.py.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from conftest import conformance_dir
+
+from sharestate.log import discover
+from sharestate.records.catalog import SHARE_STATE_TOPIC
+from sharestate.simulate import SimulationConfig, simulate
+from sharestate.tables.bronze import Split, read_split
+from sharestate.tables.gold_pass import GoldOptions
+from sharestate.tables.spec import table
+from sharestate.tables.tasks import replay_partitions
+
+TASK = pa.schema([("topic", pa.string()), ("partition", pa.int32()),
+                  ("files", pa.list_(pa.struct([
+                      ("uri", pa.string()), ("first_offset", pa.int64()),
+                      ("last_offset", pa.int64()), ("read_at", pa.int64())]))),
+                  ("state", pa.binary()), ("above", pa.int64())])
+APPENDED = ("share_partition_state_history", "audit_findings")
+"""The tables a run appends to; it replaces the others."""
+DAYS = 4
+
+
+def _records(paths: list[Path]) -> pa.Table:
+    rows = pa.Table.from_batches([staged.rows for segment in discover([str(p) for p in paths])
+                                  for staged in read_split(Split(segment), "test")])
+    return rows.filter(pc.equal(rows["row_kind"], "record")).select(table("log_records").names)
+
+
+def _run(files: list[dict[str, Any]], state: dict[str, Any] | None, options: GoldOptions
+         ) -> dict[str, list[dict[str, Any]]]:
+    task = {"topic": SHARE_STATE_TOPIC, "partition": 0, "files": files,
+            "state": None if state is None else state["state"],
+            "above": None if state is None else state["last_applied_offset"]}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name, rows in replay_partitions(iter([pa.RecordBatch.from_pylist([task], schema=TASK)]),
+                                        options):
+        out.setdefault(name, []).extend(rows.to_pylist())
+    return out
+
+
+def _comparable(tables: dict[str, list[dict[str, Any]]]) -> dict[str, list[str]]:
+    skip = {"run_id", "committed_at", "state"}  # the state's bytes: compared by its answers
+    return {name: sorted(repr(sorted((k, v) for k, v in row.items() if k not in skip))
+                         for row in rows) for name, rows in tables.items()}
+
+
+def _days(tmp_path: Path, rows: pa.Table) -> list[dict[str, Any]]:
+    """`rows` as (up to) DAYS segments of about equal size (whole batches), Kafka-named."""
+    starts = pc.unique(rows["batch_base_offset"]).to_pylist()
+    days = min(DAYS, len(starts))
+    bounds = [starts[len(starts) * day // days] for day in range(days)]
+    files = []
+    for day, low in enumerate(bounds):
+        high = bounds[day + 1] if day + 1 < days else 1 << 62
+        part = rows.filter(pc.and_(pc.greater_equal(rows["batch_base_offset"], low),
+                                   pc.less(rows["batch_base_offset"], high)))
+        part = part.set_column(part.schema.get_field_index("segment"), "segment",
+                               pa.repeat(pa.scalar(low, pa.int64()), part.num_rows))
+        path = tmp_path / f"{low:020d}.parquet"
+        pq.write_table(part, path)
+        files.append({"uri": str(path), "first_offset": pc.min(part["offset"]).as_py(),
+                      "last_offset": pc.max(part["offset"]).as_py(), "read_at": day})
+    return files
+
+
+def _check(tmp_path: Path, rows: pa.Table) -> None:
+    options = GoldOptions(run_id="run", started_at=1)
+    files = _days(tmp_path, rows)
+    whole = _run(files, None, options)
+    assert whole["share_partition_state_history"] and whole["replay_state"]
+    tables: dict[str, list[dict[str, Any]]] = {}
+    state = None
+    for day in range(len(files)):
+        # from the third day on, the oldest segments are gone from the source: a run
+        # reads none of them (all below the state)
+        present = files[max(0, day - 2):day + 1]
+        out = _run(present, state, options)
+        for name in set(tables) | set(out):
+            tables[name] = ([*tables.get(name, []), *out.get(name, [])] if name in APPENDED
+                            else out.get(name, []))
+        (state,) = out["replay_state"]
+    assert _comparable(tables) == _comparable(whole)
+
+
+@pytest.mark.parametrize("path", sorted(conformance_dir().glob("kafka-*/share_*.log")),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_day_by_day_equals_one_run_on_kafkas_logs(tmp_path: Path, path: Path) -> None:
+    _check(tmp_path, _records([path]))
+
+
+def test_day_by_day_equals_one_run_on_a_simulated_log(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    simulate(SimulationConfig(records=5000, seed=2, state_partitions=1, snapshot_limit=20,
+                              poison_rate=0.02), logs)
+    _check(tmp_path, _records(sorted((logs / f"{SHARE_STATE_TOPIC}-0").glob("*.log"))))
