@@ -89,8 +89,12 @@ def _plan(spark: SparkSession, lake: Lake, warehouse: Warehouse,
         if f.records:
             key = (str(f.partition_values["topic"]), int(f.partition_values["partition"]))
             by_partition.setdefault(key, []).append(f)
-    states = {} if full else {key: row for key, row in _states(lake, warehouse, options).items()
-                              if reads.below(*key, row["committed_at"]) is None}
+    # findings written by another backend may mix partitions in one file: then they are all
+    # replaced, and every partition replayed from its log start
+    mixed = _mixed(lake.active_files(warehouse.path("audit_findings")) or [])
+    states = {} if full or mixed else {
+        key: row for key, row in _states(lake, warehouse, options).items()
+        if reads.below(*key, row["committed_at"]) is None}
     for key in states:
         by_partition.setdefault(key, [])
     work = []
@@ -121,10 +125,18 @@ def _plan(spark: SparkSession, lake: Lake, warehouse: Warehouse,
                      above))
     targets = {**whole, REPLAY_TABLES[0]: Target(warehouse.path(REPLAY_TABLES[0]), replaced,
                                                  drop=dropped, appends=True),
-               "audit_findings": Target(warehouse.path("audit_findings"), [], drop=audit,
-                                        appends=True)}
+               "audit_findings": Target(warehouse.path("audit_findings"),
+                                        [{"rule": rule} for rule in RULES]) if mixed
+               else Target(warehouse.path("audit_findings"), [], drop=audit, appends=True)}
     return Plan(one_task_each(spark, work, PARTITION_TASKS),
                 partial(tasks.replay_partitions, options=options), targets)
+
+
+def _mixed(files: list[ActiveFile]) -> bool:
+    """Whether a data file of this job's findings holds rows of several partitions."""
+    return any(f.partition_values.get("rule") in RULES and f.records and any(
+        f.min_values.get(column) is None or f.min_values.get(column) != f.max_values.get(column)
+        for column in ("topic", "partition")) for f in files)
 
 
 def _states(lake: Lake, warehouse: Warehouse, options: gold_pass.GoldOptions
