@@ -23,13 +23,8 @@ from sharestate.simulate import SimulationConfig, simulate
 from sharestate.tables.bronze import Split, read_split
 from sharestate.tables.gold_pass import GoldOptions
 from sharestate.tables.spec import table
-from sharestate.tables.tasks import replay_partitions
+from sharestate.tables.tasks import REPLAY_TASKS, replay_partitions
 
-TASK = pa.schema([("topic", pa.string()), ("partition", pa.int32()),
-                  ("files", pa.list_(pa.struct([
-                      ("uri", pa.string()), ("first_offset", pa.int64()),
-                      ("last_offset", pa.int64()), ("read_at", pa.int64())]))),
-                  ("state", pa.binary()), ("above", pa.int64())])
 APPENDED = ("share_partition_state_history", "audit_findings")
 """The tables a run appends to; it replaces the others."""
 DAYS = 4
@@ -47,8 +42,8 @@ def _run(files: list[dict[str, Any]], state: dict[str, Any] | None, options: Gol
             "state": None if state is None else state["state"],
             "above": None if state is None else state["last_applied_offset"]}
     out: dict[str, list[dict[str, Any]]] = {}
-    for name, rows in replay_partitions(iter([pa.RecordBatch.from_pylist([task], schema=TASK)]),
-                                        options):
+    batch = pa.RecordBatch.from_pylist([task], schema=REPLAY_TASKS)
+    for name, rows in replay_partitions(iter([batch]), options):
         out.setdefault(name, []).extend(rows.to_pylist())
     return out
 
@@ -69,11 +64,11 @@ def _days(tmp_path: Path, rows: pa.Table) -> list[dict[str, Any]]:
         high = bounds[day + 1] if day + 1 < days else 1 << 62
         part = rows.filter(pc.and_(pc.greater_equal(rows["batch_base_offset"], low),
                                    pc.less(rows["batch_base_offset"], high)))
-        part = part.set_column(part.schema.get_field_index("segment"), "segment",
-                               pa.repeat(pa.scalar(low, pa.int64()), part.num_rows))
         path = tmp_path / f"{low:020d}.parquet"
-        pq.write_table(part, path)
-        files.append({"uri": str(path), "first_offset": pc.min(part["offset"]).as_py(),
+        # as Delta writes a data file: the partition columns are in its folder's name only
+        pq.write_table(part.drop_columns(["topic", "partition", "segment"]), path)
+        files.append({"uri": str(path), "segment": low,
+                      "first_offset": pc.min(part["offset"]).as_py(),
                       "last_offset": pc.max(part["offset"]).as_py(), "read_at": day})
     return files
 

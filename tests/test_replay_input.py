@@ -22,12 +22,7 @@ from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.tables.bronze import Split, read_split
 from sharestate.tables.gold_pass import GoldOptions, merge_by_offset
 from sharestate.tables.spec import table
-from sharestate.tables.tasks import replay_partitions
-
-TASK = pa.schema([("topic", pa.string()), ("partition", pa.int32()),
-                  ("files", pa.list_(pa.struct([
-                      ("uri", pa.string()), ("first_offset", pa.int64()),
-                      ("last_offset", pa.int64()), ("read_at", pa.int64())])))])
+from sharestate.tables.tasks import REPLAY_TASKS, replay_partitions
 
 
 def _records(path: Path) -> pa.Table:
@@ -39,17 +34,18 @@ def _records(path: Path) -> pa.Table:
 
 def _file(tmp_path: Path, name: str, rows: pa.Table, segment: int, read_at: int
           ) -> dict[str, Any]:
-    rows = rows.set_column(rows.schema.get_field_index("segment"), "segment",
-                           pa.repeat(pa.scalar(segment, pa.int64()), rows.num_rows))
-    pq.write_table(rows, tmp_path / f"{name}.parquet")
+    # as Delta writes a data file: the partition columns are in its folder's name only
+    pq.write_table(rows.drop_columns(["topic", "partition", "segment"]),
+                   tmp_path / f"{name}.parquet")
     offsets = rows["offset"]
-    return {"uri": str(tmp_path / f"{name}.parquet"), "first_offset": pc.min(offsets).as_py(),
+    return {"uri": str(tmp_path / f"{name}.parquet"), "segment": segment,
+            "first_offset": pc.min(offsets).as_py(),
             "last_offset": pc.max(offsets).as_py(), "read_at": read_at}
 
 
 def _replayed(topic: str, files: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     task = pa.RecordBatch.from_pylist([{"topic": topic, "partition": 0, "files": files}],
-                                      schema=TASK)
+                                      schema=REPLAY_TASKS)
     out: dict[str, list[dict[str, Any]]] = {}
     for name, rows in replay_partitions(iter([task]), GoldOptions()):
         out.setdefault(name, []).extend(rows.to_pylist())

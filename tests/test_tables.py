@@ -312,7 +312,7 @@ def test_replay_of_spark_ordered_rows_equals_replay_of_bronze_files(tmp_path: Pa
     """`replay_rows` (rows Spark read and ordered: the jvm backend's way) gives the gold rows
     `replay_partitions` gives reading each partition's bronze files (the rs backend's)."""
     from sharestate.tables.gold_pass import REPLAY_COLUMNS, GoldOptions
-    from sharestate.tables.tasks import replay_partitions, replay_rows
+    from sharestate.tables.tasks import REPLAY_TASKS, replay_partitions, replay_rows
 
     names = ["share_txn", "share_tombstones"]
     files = []
@@ -321,14 +321,17 @@ def test_replay_of_spark_ordered_rows_equals_replay_of_bronze_files(tmp_path: Pa
         path = tmp_path / f"{partition}.parquet"
         written = records if partition == 0 else records.take(  # one file out of order
             pa.array(range(records.num_rows - 1, -1, -1)))
-        pq.write_table(written, path, row_group_size=7)
+        # as Delta writes a data file: the partition columns are in its folder's name only
+        pq.write_table(written.drop_columns(["topic", "partition", "segment"]), path,
+                       row_group_size=7)
         files.append((partition, path, records))
     options = GoldOptions()
     tasks = pa.RecordBatch.from_pylist([
         {"topic": "__share_group_state", "partition": p, "files": [
-            {"uri": str(path), "first_offset": pc.min(records["offset"]).as_py(),
+            {"uri": str(path), "segment": pc.min(records["segment"]).as_py(),
+             "first_offset": pc.min(records["offset"]).as_py(),
              "last_offset": pc.max(records["offset"]).as_py(), "read_at": 1}]}
-        for p, path, records in files])
+        for p, path, records in files], schema=REPLAY_TASKS)
     by_files = [(name, rows.to_pylist()) for name, rows in replay_partitions(iter([tasks]),
                                                                              options)]
     ordered = pa.concat_tables([

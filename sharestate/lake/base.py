@@ -170,10 +170,10 @@ Produce = Callable[[Iterator[pa.RecordBatch]], Iterator[tuple[str, pa.RecordBatc
 class Target:
     """A table `overwrite_many` replaces: its path and the partitions (None: those written).
 
-    `drop` and `appends` (writes whose executors write the data files only, `DirectLake`;
-    the staged write refuses them) make the write part append: `drop` names more data files to remove in the same commit,
-    those whose rows all match one of its `FileSpec`s, and with `appends` the rows outside
-    `partitions` are added to the table rather than refused."""
+    `drop` and `appends` make the write part append (writes whose executors write the data
+    files, `DirectLake`; the staged write refuses them): `drop` names more data files to
+    remove in the same commit, those whose rows all match one of its `FileSpec`s, and with
+    `appends` the rows outside `partitions` are added to the table rather than refused."""
 
     path: TablePath
     partitions: Sequence[PartitionSpec] | None = None

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, groupby
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -53,6 +53,7 @@ READ_ROWS = 8_192
 cache)."""
 
 
+_Rows = TypeVar("_Rows", pa.Table, pa.RecordBatch)
 Rows = tuple[str, pa.RecordBatch]
 """A gold table's name and rows of it."""
 
@@ -184,11 +185,13 @@ def group_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator
 
 
 class BronzeFile(NamedTuple):
-    """A bronze data file of one topic-partition: where, its offsets (from its statistics)
-    and when its segment was read (epoch ms: the latest read wins where files overlap);
-    `below`: its rows from that offset on are of a log that went back since (not read)."""
+    """A bronze data file of one topic-partition: where, its segment (a partition column,
+    so not in the file), its offsets (from its statistics) and when its segment was read
+    (epoch ms: the latest read wins where files overlap); `below`: its rows from that offset
+    on are of a log that went back since (not read)."""
 
     uri: str
+    segment: int
     first_offset: int
     last_offset: int
     read_at: int
@@ -210,7 +213,7 @@ def read_partition_files(partition: int, files: Sequence[BronzeFile], *,
     ingest writes), else read whole and sorted."""
     import pyarrow.parquet as pq
 
-    columns = [*REPLAY_COLUMNS]
+    columns = [c for c in REPLAY_COLUMNS if c != "segment"]
     files = [f for f in files if (above is None or f.last_offset > above)
              and (f.below is None or f.first_offset < f.below)]
     for group in _overlapping(files):
@@ -218,16 +221,18 @@ def read_partition_files(partition: int, files: Sequence[BronzeFile], *,
             source = pq.ParquetFile(group[0].uri)
             offsets = source.read(columns=["offset"])["offset"].drop_null()
             if len(offsets) < 2 or pc.all(pc.greater(offsets[1:], offsets[:-1])).as_py():
-                batches: Iterator[pa.RecordBatch] = source.iter_batches(batch_size=READ_ROWS,
-                                                                        columns=columns)
+                batches: Iterator[pa.RecordBatch] = (
+                    _with_segment(rows, group[0].segment)
+                    for rows in source.iter_batches(batch_size=READ_ROWS, columns=columns))
             else:
-                batches = iter(source.read(columns=columns).sort_by("offset").to_batches(
-                    max_chunksize=READ_ROWS))
+                batches = iter(_with_segment(source.read(columns=columns), group[0].segment)
+                               .sort_by("offset").to_batches(max_chunksize=READ_ROWS))
             below = group[0].below
         else:
-            batches = iter(merge_by_offset([_valid(pq.read_table(f.uri, columns=columns), f)
-                                            for f in group], [f.read_at for f in group])
-                           .to_batches(max_chunksize=READ_ROWS))
+            batches = iter(merge_by_offset(
+                [_with_segment(_valid(pq.read_table(f.uri, columns=columns), f), f.segment)
+                 for f in group], [f.read_at for f in group]).to_batches(
+                     max_chunksize=READ_ROWS))
             below = None
         for rows in batches:
             offsets = rows.column("offset")
@@ -237,6 +242,13 @@ def read_partition_files(partition: int, files: Sequence[BronzeFile], *,
             rows = rows.filter(keep)
             yield rows.append_column("partition", pa.repeat(pa.scalar(partition, pa.int32()),
                                                             rows.num_rows))
+
+
+def _with_segment(rows: _Rows, segment: int) -> _Rows:
+    """`rows` of a bronze file with its `segment` column (a partition column: its value is
+    in the file's folder, not in the file)."""
+    return rows.append_column("segment", pa.repeat(pa.scalar(segment, pa.int64()),
+                                                   rows.num_rows))
 
 
 def _valid(rows: pa.Table, f: BronzeFile) -> pa.Table:

@@ -25,6 +25,15 @@ from sharestate.tables.spec import table
 _LOG_RECORDS = table("log_records").names
 _ERROR_COLUMNS = {"kind": "finding_kind", "message": "finding_message"}
 _DECODE_ERRORS = table("decode_errors").names
+REPLAY_TASKS = pa.schema([("topic", pa.string()), ("partition", pa.int32()),
+                          ("files", pa.list_(pa.struct([
+                              ("uri", pa.string()), ("segment", pa.int64()),
+                              ("first_offset", pa.int64()), ("last_offset", pa.int64()),
+                              ("read_at", pa.int64()), ("below", pa.int64())]))),
+                          ("state", pa.binary()), ("above", pa.int64())])
+"""`replay_partitions`' input, a task a row: an internal-topic partition's bronze files
+(`gold_pass.BronzeFile`) and the `replay_state` it goes on from (null: from the log start),
+with its last applied offset (`above`: the files and rows at or below it are not read)."""
 
 
 def bronze_tables(staging: Iterable[bronze.Staged], silver: bool = False) -> Iterator[Rows]:

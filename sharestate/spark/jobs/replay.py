@@ -6,9 +6,9 @@ offset the previous run applied) when that row was made by the same code with th
 settings: only the bronze rows above it are read and applied, its history and findings are
 appended, its state tables replaced, and its new state committed last (a run that dies
 before is healed by the next, which drops what it appended above the state). Any other
-partition, every partition of a run with `--full` or a stop point, and every partition on a
-backend that cannot list its files (jvm) are replayed from the log start (as Kafka's
-coordinator loads them) and their rows replaced."""
+partition, every partition of a run with `--full` or a stop point, and every partition of a
+warehouse whose files the lake cannot list (jvm, off the local file system) are replayed
+from the log start (as Kafka's coordinator loads them) and their rows replaced."""
 
 from __future__ import annotations
 
@@ -34,15 +34,6 @@ from sharestate.tables import gold_pass, tasks
 from sharestate.tables.log_changes import went_back_offset
 from sharestate.tables.replay_state import resumable
 
-PARTITION_TASKS = pa.schema([("topic", pa.string()), ("partition", pa.int32()),
-                             ("files", pa.list_(pa.struct([
-                                 ("uri", pa.string()), ("first_offset", pa.int64()),
-                                 ("last_offset", pa.int64()), ("read_at", pa.int64()),
-                                 ("below", pa.int64())]))),
-                             ("state", pa.binary()), ("above", pa.int64())])
-"""A replay task: an internal-topic partition's bronze files (`gold_pass.BronzeFile`) and
-the `replay_state` it goes on from (null: from the log start), with its last applied offset
-(`above`: the files and rows at or below it are not read)."""
 RULES = rules_of("replay")
 """The `audit_findings` rules this job owns (it replaces their partitions)."""
 
@@ -115,10 +106,12 @@ def _plan(spark: SparkSession, lake: Lake, warehouse: Warehouse,
             dropped.append({"state_partition": ("=", partition), "record_offset": (">", above)})
         files_read = []
         for f in group:
-            at = read_at.get((topic, partition, int(f.partition_values["segment"])), 0)
+            segment = int(f.partition_values["segment"])
+            at = read_at.get((topic, partition, segment), 0)
             last = f.max_values.get("offset", 1 << 62)
             if above is None or last > above:
-                files_read.append({"uri": f.uri, "first_offset": f.min_values.get("offset", -1),
+                files_read.append({"uri": f.uri, "segment": segment,
+                                   "first_offset": f.min_values.get("offset", -1),
                                    "last_offset": last, "read_at": at,
                                    "below": reads.below(topic, partition, at)})
         work.append((topic, partition, files_read, None if state is None else state["state"],
@@ -128,7 +121,7 @@ def _plan(spark: SparkSession, lake: Lake, warehouse: Warehouse,
                "audit_findings": Target(warehouse.path("audit_findings"),
                                         [{"rule": rule} for rule in RULES]) if mixed
                else Target(warehouse.path("audit_findings"), [], drop=audit, appends=True)}
-    return Plan(one_task_each(spark, work, PARTITION_TASKS),
+    return Plan(one_task_each(spark, work, tasks.REPLAY_TASKS),
                 partial(tasks.replay_partitions, options=options), targets)
 
 
