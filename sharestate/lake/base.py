@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -151,14 +152,23 @@ class Lake(ABC):
 
         try:
             staged.count()  # produce runs once, here; the writes read the cache
-            with ThreadPoolExecutor(max(1, len(targets))) as pool:
-                return dict(zip(targets, pool.map(write, targets), strict=True))
+            return write_in_order(targets, write)
         finally:
             staged.unpersist()
 
-    def active_files(self, path: TablePath) -> list[ActiveFile] | None:
-        """The table's current data files, when the backend can list them for direct reads
-        (None: read through `read()`)."""
+    def read_files(self, path: TablePath, uris: Sequence[str]) -> DataFrame:
+        """Some of the table's data files (`active_files`' URIs) as a DataFrame of the
+        table's columns (partition columns from the files' folder names)."""
+        schema = self.schema(path)
+        return (self.spark.read.schema(schema)
+                .option("basePath", os.path.realpath(os.fspath(path)))
+                .parquet(*uris).select(*schema.names))
+
+    def active_files(self, path: TablePath, version: int | None = None
+                     ) -> list[ActiveFile] | None:
+        """The table's data files (at `version`, default the current one), when the backend
+        can list them for direct reads (None: read through `read()`; ValueError: a version
+        the table's log no longer holds)."""
         return None
 
 
@@ -179,6 +189,19 @@ class Target:
     partitions: Sequence[PartitionSpec] | None = None
     drop: Sequence[FileSpec] = ()
     appends: bool = False
+    last: bool = False
+    """Committed after every other target of the write (a state that says they are done)."""
+
+
+def write_in_order(targets: Mapping[str, Target], write: Callable[[str], int]
+                   ) -> dict[str, int]:
+    """`write(name)` for each target, side by side, those marked `last` after all the others;
+    each one's new version."""
+    first = [name for name, t in targets.items() if not t.last]
+    with ThreadPoolExecutor(max(1, len(first))) as pool:
+        done = dict(zip(first, pool.map(write, first), strict=True))
+    done.update((name, write(name)) for name, t in targets.items() if t.last)
+    return {name: done[name] for name in targets}
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ import json
 import os
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +29,7 @@ from sharestate.lake.base import (
     Target,
     conform,
     conform_arrow,
+    write_in_order,
 )
 from sharestate.lake.data_files import (
     FILE_ROWS,
@@ -87,7 +87,8 @@ class DirectLake(Lake):
     def overwrite_many(self, df: DataFrame, produce: Produce, targets: Mapping[str, Target], *,
                        metadata: Any = None) -> dict[str, int]:
         """Each task runs `produce` and writes every table's files itself: one pass, no
-        cache; then one commit per table, the tables side by side."""
+        cache; then one commit per table, the tables side by side (`Target.last` ones
+        after the others)."""
         from pyspark.util import inheritable_thread_target
 
         plans = {name: self._target(t.path) for name, t in targets.items()}
@@ -104,8 +105,7 @@ class DirectLake(Lake):
             return self._replace(target.path, written[name], target.partitions, metadata,
                                  target.drop, target.appends)
 
-        with ThreadPoolExecutor(max(1, len(targets))) as pool:
-            return dict(zip(targets, pool.map(commit, targets), strict=True))
+        return write_in_order(targets, commit)
 
     def _target(self, path: TablePath) -> TableTarget:
         schema, partition_by = self._layout(path)

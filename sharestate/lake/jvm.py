@@ -180,7 +180,8 @@ class JvmLake(DirectLake):
         rows = self.spark.sql(f"SHOW TBLPROPERTIES delta.`{_root(path)}`").collect()
         return {str(row["key"]): str(row["value"]) for row in rows}
 
-    def active_files(self, path: TablePath) -> list[ActiveFile] | None:
+    def active_files(self, path: TablePath, version: int | None = None
+                     ) -> list[ActiveFile] | None:
         """The data files from the table's log as delta-rs reads it, for a table on a local
         file system that delta-rs can read (else None: Spark reads the table)."""
         if not _local(path):
@@ -188,7 +189,7 @@ class JvmLake(DirectLake):
         from sharestate.lake.rs import list_files
 
         try:
-            return list_files(path)
+            return list_files(path, version)
         except ValueError:
             return None
 

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable
 from deltalake import Schema as DeltaSchema
+from deltalake.exceptions import DeltaError
 from deltalake.transaction import AddAction, RemoveAction
 
 from sharestate.lake.base import (
@@ -91,10 +92,18 @@ def read_table(path: TablePath, columns: Sequence[str] | None = None) -> pa.Tabl
                                                   filesystem=local)
 
 
-def list_files(path: TablePath) -> list[ActiveFile]:
-    """The table's current data files, with their partition values and statistics, from
-    its log as delta-rs reads it (ValueError: a table delta-rs cannot read)."""
-    actions = pa.table(_readable(path, None).get_add_actions(flatten=False)).to_pylist()
+def list_files(path: TablePath, version: int | None = None) -> list[ActiveFile]:
+    """The table's data files (at `version`, default the current one), with their partition
+    values and statistics, from its log as delta-rs reads it (ValueError: a table delta-rs
+    cannot read, or a version its log no longer holds)."""
+    if version is None:
+        table = _readable(path, None)
+    else:
+        try:
+            table = _readable(path, version)
+        except DeltaError as e:
+            raise ValueError(f"version {version} of {path} cannot be read: {e}") from None
+    actions = pa.table(table.get_add_actions(flatten=False)).to_pylist()
     root = _root(path)
     return [ActiveFile(os.path.join(root, urllib.parse.unquote(a["path"])),
                        dict(a.get("partition") or {}), int(a["num_records"] or 0),
@@ -200,9 +209,10 @@ class RsLake(DirectLake):
     def properties(self, path: TablePath) -> dict[str, str]:
         return dict(DeltaTable(_root(path)).metadata().configuration)
 
-    def active_files(self, path: TablePath) -> list[ActiveFile] | None:
+    def active_files(self, path: TablePath, version: int | None = None
+                     ) -> list[ActiveFile] | None:
         self._table(path)
-        return list_files(path)
+        return list_files(path, version)
 
     def _table(self, path: TablePath) -> DeltaTable:
         if not self.exists(path):

@@ -59,7 +59,8 @@ def _plan(spark: SparkSession, lake: Lake, warehouse: Warehouse,
     reads = _reads(lake, warehouse)
     read_at = reads.read_at
     files = lake.active_files(warehouse.path("log_records"))
-    whole = {name: Target(warehouse.path(name), [{}]) for name in REPLAY_TABLES}
+    whole = {name: Target(warehouse.path(name), [{}], last=name == "replay_state")
+             for name in REPLAY_TABLES}
     if files is None:
         rows = lake.read(warehouse.path("log_records")).where(F.col("offset").isNotNull())
         when = spark.createDataFrame(
