@@ -14,13 +14,14 @@ into `bench/.cache/` (default 5,000,000 records). The last line printed is one J
 the pinned jars, `make jars`) and reports the ratio of their median wall times (jvm over
 rs); `--cores 2` leaves out the 1-core runs.
 
-With `--days N` it times incremental runs instead: a simulated log split into N days of
-Kafka-named segments (the same number of records a day, every partition), one warehouse
-fed a day at a time — each day's segments added to one source folder and, from day 3 on,
-the oldest day's removed from it, as Kafka deletes what it pruned — and one run a day. It
-prints each day's time and the last day's over the first's, then runs once over all the
-days' segments into a fresh warehouse and says whether the two warehouses are equal,
-table by table and row by row (the columns naming runs left out).
+With `--days N` it times incremental runs instead: a simulated log cut into N days by time
+(about the same number of records a day, every partition), one warehouse fed a day at a
+time — each day the log as it stood at the day's end (`sharestate.simulate.days`: closed
+segments, the active one up to then), from day 3 on without the segments wholly before the
+day before yesterday, as Kafka deletes what it pruned — and one run a day. It prints each
+day's time and the last day's over the first's, then runs once over the whole log into a
+fresh warehouse and says whether the two warehouses are equal, table by table and row by
+row (the columns naming runs left out).
 
 With `--master spark://HOST:PORT` the runs are `spark-submit pipelines/run_all.py` onto that
 master as the README says to run them (the packed executor environment, built once into
@@ -143,20 +144,8 @@ def run_once(source: Path, master: str, backend: str = "rs",
 RUN_COLUMNS = {"ingest_run", "run_id", "committed_at", "source"}
 """Columns that name the run that wrote a row, or where it read (they differ between the
 warehouses: the daily one reads a folder of its own)."""
-RUN_TABLES = {"ingest_runs", "quality_results", "replay_state"}
+RUN_TABLES = {"ingest_runs", "quality_results", "replay_state", "lag_state"}
 """Tables about the runs themselves."""
-
-
-def day_segments(root: Path, days: int) -> list[list[Path]]:
-    """Each day's segments of the simulated log under `root`: every partition's segments in
-    base-offset order, cut into `days` runs of about equal size (a partition with fewer
-    segments has them on the first days of their share)."""
-    found: list[list[Path]] = [[] for _ in range(days)]
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-        segments = sorted(folder.glob("*.log"))
-        for index, segment in enumerate(segments):  # fewer than `days`: the early days'
-            found[index * days // len(segments)].append(segment)
-    return found
 
 
 def tables_equal(left: Path, right: Path) -> list[str]:
@@ -179,22 +168,19 @@ def tables_equal(left: Path, right: Path) -> list[str]:
 
 def days_main(args: argparse.Namespace) -> None:
     """`--days`: one warehouse fed a day at a time against one run over every day."""
+    from sharestate.simulate.days import day_ends, segments, write_day
+
     per_day = args.records // args.days
     root = simulated(per_day * args.days, args.state_partitions,
                      segment_bytes=args.segment_bytes)
-    segments = day_segments(root, args.days)
+    found = segments(root)
+    ends = day_ends(found, args.days)
     master = "local[2]"
     times = []
     with tempfile.TemporaryDirectory() as tmp:
         source, warehouse = Path(tmp) / "source", Path(tmp) / "daily"
-        for day, added in enumerate(segments, start=1):
-            for segment in added:
-                target = source / segment.parent.name / segment.name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.link(segment, target)
-            if day >= 3:
-                for segment in segments[day - 3]:
-                    (source / segment.parent.name / segment.name).unlink()
+        for day, end in enumerate(ends, start=1):
+            write_day(found, root, source, end, ends[day - 3] if day >= 3 else None)
             wall, _ = run_once(source, master, warehouse=warehouse)
             times.append(wall)
             print(f"day {day}: {wall:.1f} s", file=sys.stderr, flush=True)

@@ -4,6 +4,7 @@ partition's end offsets from its segment files (`sharestate.log.end_offsets`).""
 from __future__ import annotations
 
 import os
+import random
 import shutil
 from pathlib import Path
 from typing import Any
@@ -26,10 +27,13 @@ from sharestate.analytics.end_offsets import (
 from sharestate.analytics.lag_history import (
     GROUP,
     SHARE_PARTITION,
+    GroupState,
     HistoryRow,
     LagRow,
     lag_history_rows,
+    walk_groups,
 )
+from sharestate.analytics.lag_state import ends_allow, group_state, state_row
 from sharestate.log import CREATE_TIME, LOG_APPEND_TIME, RawRecord, build_batch
 from sharestate.log.end_offsets import data_partitions, end_offsets_at, topic_id_of
 from sharestate.tables.spec import table
@@ -263,3 +267,77 @@ def test_a_root_read_for_its_end_offsets_is_not_said_unread(
     assert "topic-0" not in said and f"__share_group_state-0.{aside}" in said
     folders = {p.segments[0].path.parent.name for p in data_partitions([tmp_path])}
     assert f"topic-0-0.{aside}" in folders and "topic-0-0" in folders
+
+
+# -- going on from where a run left the walk (lag_state) -----------------------------------
+
+
+def _random_history(rng: random.Random) -> list[HistoryRow]:
+    """Groups of share-partitions (two topics, three state partitions) whose state records
+    come at random times, some in the same millisecond, some stamped before an earlier
+    record of their partition (a clock stepping back), tombstones and SPSO -1 among them."""
+    rows = []
+    for group in ("a", "b", "c"):
+        for topic, partition in (("T", 0), ("T", 1), ("U", 0)):
+            if rng.random() < 0.2:
+                continue
+            spso, offset = rng.randrange(-1, 5), 0
+            for _ in range(rng.randrange(1, 12)):
+                spso += rng.randrange(0, 30)
+                offset += rng.randrange(1, 4)
+                time = rng.randrange(0, 1_000)
+                rows.append(HistoryRow(group, topic, partition, rng.randrange(3), offset, time,
+                                       rng.random() < 0.05, spso, rng.randrange(0, 5),
+                                       spso + rng.randrange(0, 20)))
+    return sorted(rows, key=lambda r: (r.group_id, r.time, r.state_partition, r.record_offset))
+
+
+def _random_ends(rng: random.Random) -> list[dict[str, Any]]:
+    rows, end = [], 0
+    for topic, partition in (("T", 0), ("T", 1), ("U", 0)):
+        for time in sorted(rng.sample(range(0, 1_100), rng.randrange(0, 8))):
+            end += rng.randrange(0, 3) * rng.randrange(0, 40)
+            source, stamp = rng.choice([(KAFKA, LOG_APPEND_TIME), (SEGMENTS, CREATE_TIME),
+                                        (FILE, None), (SERVE, None)])
+            rows.append(end_offset_row("t", topic, partition, time, end, source, stamp))
+    return rows
+
+
+def test_a_walk_gone_on_from_its_state_gives_the_rows_of_one_walk() -> None:
+    """Run 1 walks the rows stamped before its end, keeps those before its horizon and saves
+    each group's walk there; run 2 goes on from the saved walks over every row at or after
+    the horizon, with end offsets that changed only where `ends_allow` says no kept row
+    looked. Together they give what one walk over every row gives, row for row."""
+    compared = 0
+    for seed in range(300):
+        rng = random.Random(seed)
+        history, ends = _random_history(rng), _random_ends(rng)
+        end = rng.randrange(100, 1_000)
+        horizon = rng.randrange(50, end + 1)
+        ends_before = [r for r in ends if r["time"] < end or rng.random() < 0.3]
+        if not ends_allow(ends_before, ends, horizon - 1, {}):
+            continue
+        compared += 1
+        one = sorted(map(repr, lag_history_rows(history, timelines(ends))))
+        first = list(walk_groups([r for r in history if r.time < end],
+                                 timelines(ends_before), {}, horizon))
+        kept = [r for r in first if isinstance(r, LagRow) and r.time < horizon]
+        saved = [group_state(state_row(s, {}, "run", 0)) for s in first
+                 if isinstance(s, GroupState)]
+        resumed = sorted([*saved, *(r for r in history if r.time >= horizon)],
+                         key=lambda r: (r.group_id, isinstance(r, HistoryRow),
+                                        getattr(r, "time", 0), getattr(r, "state_partition", 0),
+                                        getattr(r, "record_offset", 0)))
+        second = [r for r in walk_groups(resumed, timelines(ends)) if isinstance(r, LagRow)]
+        assert sorted(map(repr, [*kept, *second])) == one, seed
+    assert compared > 100
+
+
+def test_end_offsets_that_change_where_a_kept_row_looked_stop_the_walk_going_on() -> None:
+    old = [_row(100, 10), _row(300, 30)]
+    assert ends_allow(old, old, 200, {})
+    assert ends_allow(old, [*old, _row(400, 30)], 200, {})  # after the last, which is later
+    assert not ends_allow(old, [*old, _row(250, 10)], 200, {})  # before the horizon
+    assert not ends_allow([_row(100, 10)], [_row(100, 10), _row(400, 10)], 200, {})
+    # (an equal end offset at 400 makes 100..400 exact: rows at 101..200 change)
+    assert not ends_allow(old, [_row(100, 11), _row(300, 30)], 200, {})

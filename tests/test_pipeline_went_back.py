@@ -28,8 +28,9 @@ pytestmark = pytest.mark.slow
 
 PARTITION = f"{SHARE_STATE_TOPIC}-0"
 KEPT = {"log_records", "decode_errors", "share_state_records", "group_records", "ingest_runs",
-        "quality_results", "replay_state"}
-"""Bronze and silver keep what was read of the old log; the rest is what the log says now."""
+        "quality_results", "replay_state", "lag_state"}
+"""Bronze and silver keep what was read of the old log, the runs' states name the versions
+they were made at; the rest is what the log says now."""
 
 
 def _simulated(root: Path, seed: int) -> Path:

@@ -47,8 +47,9 @@ HISTORY_INPUT: Final = """
                       filter(state_batches, b -> b.last_offset >= start_offset
                                                  AND b.last_offset >= b.first_offset),
                       b -> b.last_offset)) + 1, start_offset), start_offset) AS state_end
-    FROM share_partition_state_history WHERE timestamp IS NOT NULL"""
-"""The history rows the lag needs, with the state's part of Kafka's formula computed where
+    FROM {source} WHERE timestamp IS NOT NULL"""
+"""The history rows the lag needs (`{source}`: a view of `share_partition_state_history`'s
+rows), with the state's part of Kafka's formula computed where
 the batches are (the SQL twin of `share_lag`'s counting; a test holds them equal):
 `complete` is Kafka's deliveryCompleteCount, or the acknowledged and archived records at or
 above the SPSO when it is unknown; `state_end` the state's own lower bound of the end
@@ -182,23 +183,77 @@ def _share_partition_row(row: HistoryRow, topic: str | None, lag: StateLag | Non
                   lag.source, lag.lag is not None and lag.exact, lag.lower_bound, lag.lag, 1)
 
 
-def _group_rows(group: str, rows: Iterator[HistoryRow], timelines: Mapping[Where, Timeline],
-                names: Mapping[str, str]) -> Iterator[LagRow]:
-    """One group's rows (its history rows in `INPUT_ORDER`), read as they come."""
+class MemberState(NamedTuple):
+    """One share-partition of a group as a walk left it (`GroupState`)."""
+
+    topic_id: str
+    partition: int
+    state: tuple[int | None, int | None, int | None] | None
+    """(SPSO, complete, state end) of its latest state; None: no state (yet, or deleted)."""
+    last_offset: tuple[int, int]
+    """(state partition, record offset) of the state record it is at."""
+    lag: StateLag | None
+    at_sample: bool
+    """Evaluated at a sampled end offset's own time: evaluated again at the next moment."""
+
+
+class GroupState(NamedTuple):
+    """A group's walk after the last moment it reached (`time`): what a later walk over the
+    group's rows after that moment goes on from, giving the rows a walk over all of them
+    gives after it."""
+
+    group_id: str
+    time: int
+    members: tuple[MemberState, ...]
+
+
+def _group_rows(group: str, rows: Iterator[HistoryRow | GroupState],
+                timelines: Mapping[Where, Timeline], names: Mapping[str, str],
+                horizon: int | None) -> Iterator[LagRow | GroupState]:
+    """One group's rows (its history rows in `INPUT_ORDER`, after the `GroupState` it goes
+    on from, if any), read as they come; last, its `GroupState` before the first moment at
+    or after `horizon` (None: after its last moment), if it reached one before."""
     members: dict[Where, _Member] = {}
     totals = _Totals()
     samples: list[tuple[int, Where]] = []  # (time, partition): sampled end offsets to come
     at_sample: set[Where] = set()  # evaluated at a sampled time: look again later
     row = next(rows, None)
+    t: int | None = None
+
+    def state() -> GroupState | None:
+        return None if t is None else GroupState(group, t, tuple(
+            MemberState(where[0], where[1], m.state, m.last_offset, m.lag, where in at_sample)
+            for where, m in sorted(members.items())))
+
+    snapshot: list[GroupState | None] = []  # taken at the horizon
+    if isinstance(row, GroupState):
+        t = row.time
+        for saved in row.members:
+            where = (saved.topic_id, saved.partition)
+            restored = members[where] = _Member(timelines.get(where), saved.state,
+                                                saved.last_offset, saved.lag)
+            totals.add(restored.lag, 1)
+            if saved.at_sample:
+                at_sample.add(where)
+            if restored.timeline is not None:
+                for time in restored.timeline.sample_times:
+                    if time > t:
+                        heapq.heappush(samples, (time, where))
+        row = next(rows, None)
     while row is not None or samples:
-        t = row.time if row is not None else samples[0][0]
-        if samples and samples[0][0] < t:
-            t = samples[0][0]
+        assert not isinstance(row, GroupState), "a group's state comes before its rows"
+        now = row.time if row is not None else samples[0][0]
+        if samples and samples[0][0] < now:
+            now = samples[0][0]
+        if horizon is not None and now >= horizon and not snapshot:
+            snapshot.append(state())
+        t = now
         dirty = set(at_sample)
         at_sample.clear()
         while samples and samples[0][0] == t:
             dirty.add(heapq.heappop(samples)[1])
         while row is not None and row.time == t:
+            assert not isinstance(row, GroupState)
             where = (row.topic_id, row.partition)
             member = members.get(where)
             if member is None:
@@ -226,11 +281,23 @@ def _group_rows(group: str, rows: Iterator[HistoryRow], timelines: Mapping[Where
             if member.lag is not None and member.lag.estimate.time == t:
                 at_sample.add(where)
         yield totals.row(group, t)
+    last = snapshot[0] if snapshot else state()
+    if last is not None:
+        yield last
+
+
+def walk_groups(rows: Iterable[HistoryRow | GroupState], timelines: Mapping[Where, Timeline],
+                names: Mapping[str, str] | None = None, horizon: int | None = None
+                ) -> Iterator[LagRow | GroupState]:
+    """`share_group_lag_history` rows from history rows, each group's rows together and in
+    `INPUT_ORDER`, a group going on from its `GroupState` where one comes first; after its
+    rows, each group's state before `horizon` (None: at its last moment). `names` maps
+    topic ids to names."""
+    for group, group_rows in itertools.groupby(rows, key=lambda r: r.group_id):
+        yield from _group_rows(group, group_rows, timelines, names or {}, horizon)
 
 
 def lag_history_rows(rows: Iterable[HistoryRow], timelines: Mapping[Where, Timeline],
                      names: Mapping[str, str] | None = None) -> Iterator[LagRow]:
-    """`share_group_lag_history` rows from history rows, each group's rows together and in
-    `INPUT_ORDER`; `names` maps topic ids to names."""
-    for group, group_rows in itertools.groupby(rows, key=lambda r: r.group_id):
-        yield from _group_rows(group, group_rows, timelines, names or {})
+    """The `share_group_lag_history` rows of `walk_groups` over every row from the start."""
+    return (row for row in walk_groups(rows, timelines, names) if isinstance(row, LagRow))

@@ -4,11 +4,13 @@ one `decode_error` finding per `decode_errors` row; recomputed and replaced on e
 
 Lag through time: the data topics' end offsets at the sampled state-change times
 (`sharestate.analytics.end_offsets`) from the run's sources are merged into
-`topic_end_offsets` (earlier runs' rows kept), and `share_group_lag_history` is recomputed
-from the history and that table, one task per group's rows in time order."""
+`topic_end_offsets` (earlier runs' rows kept), and `share_group_lag_history` walks the
+history and that table, each group's rows in time order in one task, going on from the
+walks the last run saved in `lag_state` (`sharestate.analytics.lag_state`)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -30,13 +32,22 @@ from sharestate.analytics.lag import FILE, lag_rows
 from sharestate.analytics.lag_history import (
     HISTORY_INPUT,
     INPUT_ORDER,
+    GroupState,
     HistoryRow,
     LagRow,
-    lag_history_rows,
+    walk_groups,
+)
+from sharestate.analytics.lag_state import (
+    Resume,
+    ends_allow,
+    group_state,
+    history_allows,
+    resume_point,
+    state_row,
 )
 from sharestate.analytics.redelivery import redelivery_rows
 from sharestate.coordinator.share_state import ShareKey
-from sharestate.lake import Lake, Target, open_lake
+from sharestate.lake import ActiveFile, Lake, Target, open_lake
 from sharestate.spark.jobs.warehouse import RunReport, Warehouse, rows_table, table_rows
 from sharestate.tables.gold import states_from_rows
 from sharestate.tables.gold_pass import rows_of
@@ -98,32 +109,77 @@ def _sampled_times(spark: SparkSession) -> dict[Where, list[int]]:
 
 
 def _end_offsets(spark: SparkSession, lake: Lake, warehouse: Warehouse, inputs: AnalyticsInputs,
-                 names: dict[str, str], metadata: dict[str, str]) -> list[dict[str, Any]]:
-    """Observe the sources at the sampled times; merge into `topic_end_offsets`."""
+                 names: dict[str, str], metadata: dict[str, str]
+                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Observe the sources at the sampled times; merge into `topic_end_offsets`. The
+    table's rows before and after."""
     wanted = _sampled_times(spark) if inputs.end_offsets_from else {}
     new = [row for source in inputs.end_offsets_from
            for row in observe(source, wanted, names=names, kafka_options=inputs.kafka_options)]
     if inputs.end_offsets_file is not None and inputs.end_offsets:
         new += file_rows(inputs.end_offsets_file, inputs.end_offsets, names)
     path = warehouse.path("topic_end_offsets")
-    rows = merge_rows(lake.read_arrow(path).to_pylist(), new)
-    lake.overwrite(rows_table(rows, "topic_end_offsets"), path, metadata=metadata)
-    return rows
+    old = lake.read_arrow(path).to_pylist()
+    rows = merge_rows(old, new)
+    if rows != old:
+        lake.overwrite(rows_table(rows, "topic_end_offsets"), path, metadata=metadata)
+    return old, rows
 
 
-def _lag_history_task(batches: Iterator[pa.RecordBatch], lines: dict[Where, Timeline],
-                      names: dict[str, str]) -> Iterator[tuple[str, pa.RecordBatch]]:
+PROVISIONAL = "share_group_lag_history (provisional)"
+"""The write target of the lag rows from the horizon on: the same table, files of their own
+(the next run drops them by their statistics and writes them again)."""
+
+
+@dataclass(frozen=True)
+class _Walk:
+    """What the lag-history tasks need besides their rows."""
+
+    lines: dict[Where, Timeline]
+    names: dict[str, str]
+    run_id: str
+    history_version: int
+    horizon: int | None
+
+
+def _lag_history_task(batches: Iterator[pa.RecordBatch], walk: _Walk
+                      ) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """History rows of whole groups in `INPUT_ORDER` (a group's `lag_state` row, as JSON in
+    `resume`, first) -> `share_group_lag_history` rows (those from the horizon on apart) and
+    each group's `lag_state` row."""
     schema = table("share_group_lag_history").arrow_schema()
-    rows = (HistoryRow._make(row) for batch in batches for row in zip(
-        *(batch.column(name).to_pylist() for name in HistoryRow._fields), strict=True))
-    chunk: list[LagRow] = []
-    for row in lag_history_rows(rows, lines, names):
-        chunk.append(row)
-        if len(chunk) >= BATCH_ROWS:
-            yield "share_group_lag_history", _columns(chunk, schema)
-            chunk = []
-    if chunk:
-        yield "share_group_lag_history", _columns(chunk, schema)
+
+    def items() -> Iterator[HistoryRow | GroupState]:
+        for batch in batches:
+            resume = (batch.column("resume").to_pylist() if "resume" in batch.schema.names
+                      else [None] * batch.num_rows)  # JSON: a null struct costs 2x the walk
+            columns = zip(*(batch.column(name).to_pylist() for name in HistoryRow._fields),
+                          strict=True)
+            for saved, row in zip(resume, columns, strict=True):
+                yield (group_state(json.loads(saved)) if saved is not None
+                       else HistoryRow._make(row))
+
+    chunks: dict[str, list[LagRow]] = {"share_group_lag_history": [], PROVISIONAL: []}
+    states: list[dict[str, Any]] = []
+    for item in walk_groups(items(), walk.lines, walk.names, walk.horizon):
+        if isinstance(item, GroupState):
+            states.append(state_row(item, walk.names, walk.run_id, walk.history_version,
+                                    walk.horizon))
+            if len(states) >= BATCH_ROWS:
+                yield rows_of("lag_state", states)
+                states = []
+            continue
+        name = PROVISIONAL if walk.horizon is not None and item.time >= walk.horizon \
+            else "share_group_lag_history"
+        chunks[name].append(item)
+        if len(chunks[name]) >= BATCH_ROWS:
+            yield name, _columns(chunks[name], schema)
+            chunks[name] = []
+    for name, chunk in chunks.items():
+        if chunk:
+            yield name, _columns(chunk, schema)
+    if states:
+        yield rows_of("lag_state", states)
 
 
 def _columns(rows: list[LagRow], schema: pa.Schema) -> pa.RecordBatch:
@@ -131,17 +187,85 @@ def _columns(rows: list[LagRow], schema: pa.Schema) -> pa.RecordBatch:
         zip(*rows, strict=True), schema, strict=True)], schema=schema)
 
 
+def _horizon(files: list[ActiveFile] | None) -> int | None:
+    """The earliest of the state partitions' latest record times (None: the files are not
+    listed, or hold no time)."""
+    latest: dict[Any, int] = {}
+    for f in files or ():
+        stamp = f.max_values.get("timestamp")
+        if f.records and stamp is not None:
+            key = f.partition_values.get("state_partition")
+            latest[key] = max(latest.get(key, stamp), stamp)
+    return min(latest.values()) if latest else None
+
+
+def _resume(lake: Lake, warehouse: Warehouse, ends: tuple[list[dict[str, Any]],
+                                                          list[dict[str, Any]]],
+            names: dict[str, str], now: list[ActiveFile] | None
+            ) -> tuple[Resume, list[str]] | None:
+    """The walks this run goes on from (`lag_state`) and the history files holding rows
+    after the last moment they kept, or None: every group is walked from the start."""
+    resume = resume_point(lake.read_arrow(warehouse.path("lag_state")).to_pylist(), names)
+    ids = {name: topic_id for topic_id, name in names.items()}
+    if resume is None or now is None or not ends_allow(*ends, resume.since, ids):
+        return None
+    try:
+        then = lake.active_files(warehouse.path(HISTORY_VIEW), resume.history_version)
+    except ValueError:  # a version the log no longer holds
+        return None
+    if then is None:
+        return None
+    before, after = {f.uri: f for f in then}, {f.uri: f for f in now}
+    changed = [f for f in [*then, *now] if f.records and (f.uri in before) != (f.uri in after)]
+    if not history_allows([f.min_values.get("timestamp") for f in changed], resume.since):
+        return None
+    lag = lake.active_files(warehouse.path("share_group_lag_history")) or []
+    if any(f.records and f.min_values.get("time", resume.since) <= resume.since
+           < f.max_values.get("time", resume.since) for f in lag):
+        return None  # a file holds rows on both sides: not one a walk wrote
+    return resume, [f.uri for f in now if f.records
+                    and (f.max_values.get("timestamp") or resume.since) > resume.since]
+
+
 def _lag_history(spark: SparkSession, lake: Lake, warehouse: Warehouse,
-                 end_offsets: list[dict[str, Any]], names: dict[str, str],
-                 metadata: dict[str, str]) -> None:
-    """Recompute `share_group_lag_history` (the history registered as a view)."""
-    lines = timelines(end_offsets, {name: topic_id for topic_id, name in names.items()})
-    rows = spark.sql(HISTORY_INPUT)
+                 ends: tuple[list[dict[str, Any]], list[dict[str, Any]]],
+                 names: dict[str, str], run_id: str, metadata: dict[str, str]) -> None:
+    """`share_group_lag_history` and `lag_state` (`sharestate.analytics.lag_state`): each
+    group's walk goes on from its `lag_state` row over the history rows after the last
+    moment it kept, rewriting the provisional rows, when nothing before has changed; else
+    every group is walked from the start and both tables replaced."""
+    from pyspark.sql import functions as F
+
+    history = warehouse.path(HISTORY_VIEW)
+    version = lake.version(history)
+    files = lake.active_files(history)
+    found = _resume(lake, warehouse, ends, names, files)
+    lag_path = warehouse.path("share_group_lag_history")
+    if found is None:
+        rows = spark.sql(HISTORY_INPUT.format(source=HISTORY_VIEW))
+        kept = Target(lag_path, [{}])
+    else:
+        resume, recent = found
+        lake.read_files(history, recent).where(F.col("timestamp") > resume.since) \
+            .createOrReplaceTempView("history_recent")
+        rows = spark.sql(HISTORY_INPUT.format(source="history_recent"))
+        saved = spark.createDataFrame(
+            [(row["group_id"], json.dumps(row)) for row in resume.states],
+            "group_id string, resume string")
+        rows = rows.withColumn("resume", F.lit(None).cast("string")).unionByName(
+            saved, allowMissingColumns=True)
+        kept = Target(lag_path, [], drop=[{"time": (">", resume.since)}], appends=True)
     rows = rows.repartition(rows.rdd.getNumPartitions() or 1, "group_id") \
         .sortWithinPartitions(*INPUT_ORDER)
-    path = warehouse.path("share_group_lag_history")
-    lake.overwrite_many(rows, partial(_lag_history_task, lines=lines, names=names),
-                        {"share_group_lag_history": Target(path, [{}])}, metadata=metadata)
+    horizon = _horizon(files)
+    ids = {name: topic_id for topic_id, name in names.items()}
+    walk = _Walk(timelines(ends[1], ids), names, run_id, version, horizon)
+    targets = {"share_group_lag_history": kept,
+               **({} if horizon is None else {PROVISIONAL: Target(lag_path, [], appends=True,
+                                                                  last=True)}),
+               "lag_state": Target(warehouse.path("lag_state"), [{}], last=True)}
+    lake.overwrite_many(rows, partial(_lag_history_task, walk=walk), targets,
+                        metadata=metadata)
 
 
 def analytics(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
@@ -159,11 +283,11 @@ def analytics(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
     lake.overwrite_many(states, partial(_analytics_task, names=names, inputs=inputs),
                         {name: Target(warehouse.path(name), [{}]) for name in derived},
                         metadata=metadata)
-    for name in ("topic_end_offsets", "share_group_lag_history"):  # older warehouses
-        warehouse.create(lake, name)
+    for name in ("topic_end_offsets", "share_group_lag_history", "lag_state"):  # older
+        warehouse.create(lake, name)                                              # warehouses
     lake.read(warehouse.path(HISTORY_VIEW)).createOrReplaceTempView(HISTORY_VIEW)
-    end_offsets = _end_offsets(spark, lake, warehouse, inputs, names, metadata)
-    _lag_history(spark, lake, warehouse, end_offsets, names, metadata)
+    ends = _end_offsets(spark, lake, warehouse, inputs, names, metadata)
+    _lag_history(spark, lake, warehouse, ends, names, run_id, metadata)
     report.rows.update({name: table_rows(warehouse.path(name)) for name in (
         *derived, "topic_end_offsets", "share_group_lag_history")})
     keys = {ShareKey(r["group_id"], r["topic_id"], r["partition"]): r["state_partition"]
