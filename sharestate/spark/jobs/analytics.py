@@ -223,8 +223,9 @@ def _resume(lake: Lake, warehouse: Warehouse, ends: tuple[list[dict[str, Any]],
     if any(f.records and f.min_values.get("time", resume.since) <= resume.since
            < f.max_values.get("time", resume.since) for f in lag):
         return None  # a file holds rows on both sides: not one a walk wrote
-    return resume, [f.uri for f in now if f.records
-                    and (f.max_values.get("timestamp") or resume.since) > resume.since]
+    recent = [f.uri for f in now
+              if f.records and (f.max_values.get("timestamp") or resume.since) > resume.since]
+    return (resume, recent) if recent else None
 
 
 def _lag_history(spark: SparkSession, lake: Lake, warehouse: Warehouse,
