@@ -7,7 +7,9 @@
  *   fallback : callable(key, value) -> KeyValue, the Python decoder
  * The C path takes only the clean case (known type, key and value decode exactly, or a
  * tombstone); anything else is handed to `fallback`, so results and error messages are
- * those of the Python decoder by construction.
+ * those of the Python decoder by construction. A null key's KeyValue depends on nothing
+ * else (an immutable error), so `fallback` is asked for it once per call and the answer is
+ * shared: a batch of null-key records costs what its records cost.
  */
 #include "native.h"
 
@@ -107,19 +109,31 @@ PyObject *native_decode_key_values(PyObject *self, PyObject *const *args, Py_ssi
     Py_ssize_t n = PyList_GET_SIZE(records);
     PyObject *out = PyList_New(n);
     if (!out) return NULL;
+    PyObject *null_key = NULL;  /* the fallback's answer for a null key, once asked */
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *record = PyList_GET_ITEM(records, i);
         PyObject *kv = fast_one(record, table);
         if (!kv) {
-            if (PyErr_Occurred()) { Py_DECREF(out); return NULL; }
+            if (PyErr_Occurred()) goto fail;
             PyObject *key = native_record_field(record, RECORD_KEY);
-            PyObject *value = key ? native_record_field(record, RECORD_VALUE) : NULL;
-            kv = value ? PyObject_CallFunctionObjArgs(fallback, key, value, NULL) : NULL;
-            Py_XDECREF(key);
-            Py_XDECREF(value);
-            if (!kv) { Py_DECREF(out); return NULL; }
+            if (key == Py_None && null_key) {
+                Py_DECREF(key);
+                kv = Py_NewRef(null_key);
+            } else {
+                PyObject *value = key ? native_record_field(record, RECORD_VALUE) : NULL;
+                kv = value ? PyObject_CallFunctionObjArgs(fallback, key, value, NULL) : NULL;
+                if (kv && key == Py_None) null_key = Py_NewRef(kv);
+                Py_XDECREF(key);
+                Py_XDECREF(value);
+                if (!kv) goto fail;
+            }
         }
         PyList_SET_ITEM(out, i, kv);
     }
+    Py_XDECREF(null_key);
     return out;
+fail:
+    Py_XDECREF(null_key);
+    Py_DECREF(out);
+    return NULL;
 }

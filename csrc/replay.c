@@ -11,8 +11,9 @@
  *              (offset, timestamp, key, state, max_leader_epoch, max_state_epoch,
  *               snapshot_update_count, last_snapshot_offset) — the fallback appends the
  *              same for the records it applies, so the list stays in log order
- * Records the C path does not take exactly as the shard would (tombstones, errors, control
- * records, unknown layouts, invalid state batches) go to `fallback`, one by one, in order.
+ * Records that did not decode are skipped, as the Python twin skips them. Records the C
+ * path does not take exactly as the shard would (tombstones, control records, unknown
+ * layouts, invalid state batches) go to `fallback`, one by one, in order.
  */
 #include "native.h"
 
@@ -129,7 +130,7 @@ static int record_history(PyObject *ctx, PyObject *history, PyObject *offset, Py
     return rc;
 }
 
-/* 1 applied, 0 not taken (fall back), -1 error */
+/* 1 applied (or skipped: it did not decode), 0 not taken (fall back), -1 error */
 static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *decoded,
                      PyObject *slot_table, PyObject *history) {
     if (!Py_IS_TYPE(decoded, (PyTypeObject *)key_value_type)) return 0;
@@ -138,10 +139,10 @@ static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *de
     PyObject *version = PyTuple_GET_ITEM(decoded, KV_VALUE_VERSION);
     PyObject *values = PyTuple_GET_ITEM(decoded, KV_VALUE);
     PyObject *error = PyTuple_GET_ITEM(decoded, KV_ERROR);
-    if (error != Py_None || kind == Py_None || key_values == Py_None || values == Py_None
-        || version == Py_None) {
-        return 0;
-    }
+    /* A record that did not decode is skipped, as `_Applier.apply` skips it (its finding
+     * came with its batch): applied, without a history entry. */
+    if (error != Py_None || kind == Py_None || key_values == Py_None) return 1;
+    if (values == Py_None || version == Py_None) return 0;
     PyObject *slots = native_value_slots(slot_table, kind, version);
     if (!slots) return PyErr_Occurred() ? -1 : 0;
     PyObject *raw_batches = PyTuple_GET_ITEM(values, native_slot(slots, VALUE_SLOT_BATCHES));

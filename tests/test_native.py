@@ -39,7 +39,13 @@ from sharestate.records.codec import (
     read_struct,
     read_struct_py,
 )
-from sharestate.records.keyvalue import KeyValue, KindPrograms, decode_key_values
+from sharestate.records.keyvalue import (
+    KeyValue,
+    KindPrograms,
+    _native_table,
+    decode_key_value,
+    decode_key_values,
+)
 from sharestate.records.spec import Kind, StructLayout
 from sharestate.tables.arrow_log import records_of
 from sharestate.tables.columns import (
@@ -279,6 +285,26 @@ def test_native_key_value_decoding_matches_python(monkeypatch: pytest.MonkeyPatc
     assert fast == [decode_key_values(d, t, records) for d, t, records in cases]
 
 
+def test_native_key_value_decoding_asks_the_python_decoder_once_for_null_keys() -> None:
+    """A null key's KeyValue depends on nothing else: a batch of 100,000 null-key records
+    (a crafted segment has 60) asks the Python decoder once, where it asked per record."""
+    records = [RawRecord(i, 0, -1, None, None if i % 2 else b"\x00\x01", ())
+               for i in range(100_000)]
+    records[5] = RawRecord(5, 0, -1, b"\x00", None, ())
+    asked: list[tuple[Any, Any]] = []
+    schemas = catalog.dialect("4.1")
+
+    def fallback(key: bytes | None, value: bytes | None) -> KeyValue:
+        asked.append((key, value))
+        return decode_key_value(schemas, catalog.SHARE_STATE_TOPIC, key, value)
+
+    decoded = native.module.decode_key_values(
+        records, _native_table(schemas, catalog.SHARE_STATE_TOPIC), fallback)
+    assert asked == [(None, b"\x00\x01"), (b"\x00", None)]
+    assert decoded == [decode_key_value(schemas, catalog.SHARE_STATE_TOPIC, r.key, r.value)
+                       for r in records]
+
+
 _BATCH = st.builds(StateBatch, st.integers(90, 140), st.integers(90, 140), st.integers(0, 4),
                    st.integers(0, 4))
 
@@ -458,7 +484,7 @@ def _damage(data: bytes | None, draw: st.DrawFn) -> bytes | None:
 def _share_batches(draw: st.DrawFn) -> list[Any]:
     """Batches of share-state records in the 4.0 and 4.1 layouts (one dialect per batch, as
     per segment), decoded: snapshots, updates (4.0 ones at value versions 0 and 1), both
-    tombstones, damaged bytes, control records; transactional or not; timestamps out of
+    tombstones, damaged bytes, null keys, control records; transactional or not; timestamps out of
     order now and then."""
     from sharestate.log import BatchHeader, ControlRecord
     from sharestate.persister.record_codec import EmittedRecord, ShareRecordCodec
@@ -485,7 +511,9 @@ def _share_batches(draw: st.DrawFn) -> list[Any]:
             key_bytes, value_bytes = codec.encode(EmittedRecord(
                 offset, timestamp, type_id, key, None,
                 None if value is None else codec.storable(type_id, value)))
-            records.append(RawRecord(offset, timestamp, -1, _damage(key_bytes, draw),
+            records.append(RawRecord(offset, timestamp, -1,
+                                     None if draw(st.integers(0, 19)) == 0
+                                     else _damage(key_bytes, draw),
                                      _damage(value_bytes, draw), ()))
             offset += 1
         if not control:
@@ -548,6 +576,30 @@ def test_native_share_apply_matches_python(batches: list[Any], limit: int, bound
     as_of = AsOf(at if bound == "offset" else None, 1000 + at if bound == "time" else None)
     in_c = _apply(batches, limit, as_of, collect, in_c=True)
     assert in_c == _apply(batches, limit, as_of, collect, in_c=False)
+
+
+def test_native_share_apply_skips_records_that_did_not_decode() -> None:
+    """Records that did not decode change nothing (their findings came with their batch):
+    C skips them, where it handed each to the Python fallback (100,000 null-key records in
+    a batch of a crafted segment made 100,000 Python calls)."""
+    from sharestate.coordinator.shard import ShareShard
+    from sharestate.coordinator.share_rules import rules_for
+    from sharestate.replay.share_log import native_slots
+
+    schemas = catalog.dialect("4.1")
+    records = [RawRecord(i, 1000 + i, -1, key, None, ())
+               for i, key in enumerate((None, b"\x00", b"\x7f\x7f", b"\x00\x00\x01"))]
+    decoded = decode_key_values(schemas, catalog.SHARE_STATE_TOPIC, records)
+    assert all(kv.error is not None for kv in decoded)
+    shard = ShareShard(rules_for("4.1", 5))
+    context = shard.native_context()
+    assert context is not None
+    asked: list[Any] = []
+    history: list[Any] = []
+    result = native.module.share_apply(context, records, decoded, None, None,
+                                       native_slots(("4.1",)),
+                                       lambda record, item: asked.append(record), history)
+    assert (result, asked, history, list(shard)) == ((4, False, 3, 1003), [], [], [])
 
 
 # -- flatten_batches: state batches to Arrow buffers against `flatten_batches_py` ----------
