@@ -5,6 +5,7 @@ and none holds more than the cap, however many records fail."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -15,9 +16,26 @@ from typing import Any
 
 import damage
 import pytest
+from conftest import conformance_dir
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from sharestate.log import DEFAULT_LIMITS, ReadLimits, discover
-from sharestate.records.segment import DecodedBatch, decode_batches, decode_segment, detect_segment
+from sharestate.log import (
+    DEFAULT_LIMITS,
+    Batch,
+    RawRecord,
+    ReadLimits,
+    build_batch,
+    discover,
+    read_batches,
+)
+from sharestate.records.segment import (
+    DecodedBatch,
+    FindingCap,
+    decode_batches,
+    decode_segment,
+    detect_segment,
+)
 from sharestate.tables import bronze
 from sharestate.tables.tasks import bronze_tables
 
@@ -84,6 +102,48 @@ def test_every_reader_lists_the_same_bounded_findings(tmp_path: Path) -> None:
         command: sum(kinds.values()) for command, kinds in found.items()}
     assert sum(found["decode"].values()) == 101
     assert Counter(k[3] for k in found["decode"]) == Counter(null_key=100, omitted_findings=1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(runs=st.lists(st.lists(st.sampled_from(("null_key", "bad_key", "bad_value")),
+                              max_size=12), max_size=5), limit=st.integers(0, 20))
+def test_admitting_findings_at_once_equals_one_by_one(runs: list[list[str]], limit: int
+                                                      ) -> None:
+    one, many = FindingCap(limit, "s"), FindingCap(limit, "s")
+    listed, counted = [], []
+    for run, kinds in enumerate(runs):
+        listed.append([one.admit(kind, run, i) for i, kind in enumerate(kinds)].count(True))
+        counted.append(many.admit_many(kinds, lambda i, run=run: (run, i)))
+    assert (counted, many.omitted, many.summary()) == (listed, one.omitted, one.summary())
+
+
+def test_ingest_lists_and_marks_the_same_findings_as_decode(tmp_path: Path) -> None:
+    """Batches whose records fail in several ways, interleaved with good ones, past the
+    cap: ingest's decode_errors are decode's findings, and each log_records row's status
+    is its record's (the rows past the cap are marked by index, not one by one)."""
+    fixture = (conformance_dir("kafka-4.4-dev") / "share_codec_none.log").read_bytes()
+    good = next(item.records[0] for item in read_batches(io.BytesIO(fixture))
+                if isinstance(item, Batch) and not item.header.is_control)
+    records = [RawRecord(i, 1_700_000_000_000, -1, good.key, good.value, ()) if i % 5 == 4
+               else RawRecord(i, 1_700_000_000_000, -1, (None, b"\x00", b"\x7f\x7f")[i % 3],
+                              None, ()) for i in range(3000)]
+    path = _segment(tmp_path, 0, 0)
+    path.write_bytes(b"".join(build_batch(records[i:i + 700]) for i in range(0, 3000, 700)))
+    [segment] = discover([path])
+    detection = detect_segment(segment, dialect_name="4.1")
+    limits = ReadLimits(max_findings=50)
+    rows = list(decode_segment(segment, detection, limits=limits))
+    split = bronze.read_split(bronze.Split(segment), "cap", detection=detection, limits=limits)
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for table, batch in bronze_tables(split):
+        tables.setdefault(table, []).extend(batch.to_pylist())
+    assert Counter(map(_key, tables["decode_errors"])) == Counter(
+        _key(r.finding) for r in rows if r.finding is not None and r.listed)
+    assert Counter(r["kind"] for r in tables["decode_errors"]) == Counter(  # one summary a kind
+        null_key=17, bad_key=17, unknown_record_type=16, omitted_findings=3)
+    assert [(r["offset"], r["decode_status"]) for r in tables["log_records"]] == [
+        (r.offset, r.finding.kind if r.finding else "ok") for r in rows
+        if r.offset is not None and (r.finding is None or r.finding.kind != "omitted_findings")]
 
 
 _PROBE = """

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import accumulate, islice
 from operator import itemgetter
@@ -147,6 +148,23 @@ class FindingCap:
         else:
             seen[0] += 1
         return False
+
+    def admit_many(self, kinds: list[str], where: Callable[[int], tuple[int, int | None]]
+                   ) -> int:
+        """`admit` for the next findings at once, of `kinds` in log order: how many of the
+        first are listed; the rest are counted per kind (`where(i)`: the position and offset
+        of the `i`th, asked for the first of a kind not counted before). No Python step per
+        finding past the cap."""
+        listed = min(len(kinds), self.left)
+        self.left -= listed
+        rest = kinds[listed:]
+        for kind, count in Counter(rest).items():  # kinds in order of first appearance
+            seen = self.omitted.get(kind)
+            if seen is None:
+                self.omitted[kind] = [count, *where(listed + rest.index(kind))]
+            else:
+                seen[0] += count
+        return listed
 
     def omitted_count(self) -> int:
         """How many findings were counted, not listed."""

@@ -20,8 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import compress, islice
+from operator import attrgetter
 from typing import Any, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -79,6 +82,7 @@ class Staged(NamedTuple):
     decoded: list[KeyValue | None]
 
 _DECODED_PATHS = ((0,), (3,), (5,))  # KeyValue: type id, value version, error
+_KIND = attrgetter("kind")
 # BatchHeader items, by position.
 _HEADER_COLUMNS = (("position", 0), ("batch_base_offset", 1), ("batch_last_offset", 2),
                    ("batch_size", 3), ("partition_leader_epoch", 4), ("magic", 5),
@@ -116,7 +120,8 @@ class _Chunk:
         self.versions: list[Any] = []
         self.timestamp_types: list[Any] | None = None
         self.row_findings: dict[int, tuple[str, str, bytes | None]] = {}
-        self.unlisted: dict[int, str] = {}  # record rows past the cap: their finding kind
+        self.unlisted: list[int] = []  # record rows past the cap, and their finding kinds
+        self.unlisted_kinds: list[str] = []
         self.controls: dict[int, tuple[str, int | None]] = {}
         self.extra: list[dict[str, Any]] = []
 
@@ -178,14 +183,23 @@ class _Chunk:
         type_ids, versions, errors = transpose(decoded, _DECODED_PATHS)
         self.type_ids.extend(type_ids)
         self.versions.extend(versions)
-        if errors.count(None) != len(errors):
-            for j, error in enumerate(errors):
-                if error is not None:
-                    record = records[j]
-                    raw = record.value if record.value is not None else record.key
-                    at = first + j
-                    self._record_finding(at, error.kind, error.message, raw, header or
-                                         self.headers[self.batch_index[at]], record.offset)
+        if not any(errors):  # a RecordError is true, None false: in C, as what follows
+            return
+        failed = list(compress(range(first, first + len(errors)), errors))
+        kinds = list(map(_KIND, filter(None, errors)))
+
+        def where(i: int) -> tuple[int, int]:
+            found = header or self.headers[self.batch_index[failed[i]]]
+            return -1 if found is None else found.position, self.records[failed[i]].offset
+
+        listed = self.cap.admit_many(kinds, where)
+        for at in failed[:listed]:
+            error = errors[at - first]
+            record = self.records[at]
+            raw = record.value if record.value is not None else record.key
+            self.row_findings[at] = (error.kind, error.message, raw)
+        self.unlisted.extend(islice(failed, listed, None))
+        self.unlisted_kinds.extend(islice(kinds, listed, None))
 
     def _record_finding(self, at: int, kind: str, message: str, raw: bytes | None,
                         header: Any, offset: int) -> None:
@@ -194,7 +208,8 @@ class _Chunk:
         if self.cap.admit(kind, -1 if header is None else header.position, offset):
             self.row_findings[at] = (kind, message, raw)
         else:
-            self.unlisted[at] = kind
+            self.unlisted.append(at)
+            self.unlisted_kinds.append(kind)
 
     def add_finding(self, finding: LogFinding, header: Any = None, *,
                     counted: bool = True) -> None:
@@ -210,6 +225,24 @@ class _Chunk:
             row.update({name: header[index] for name, index in _HEADER_COLUMNS})
         row["position"] = finding.position
         self.extra.append(row)
+
+    def _finding_columns(self, n_rec: int) -> dict[str, pa.Array]:
+        """The finding columns of the record rows: the listed findings' in full, the kind
+        of those past the cap (built by index: no Python step per row)."""
+        found = list(self.row_findings.values())
+        at = [*self.row_findings, *self.unlisted]
+        index = np.full(n_rec, -1, np.int64)
+        index[at] = np.arange(len(at))
+        rows = pa.array(index, mask=index < 0)
+        past = [None] * len(self.unlisted)
+        raws = [raw for _, _, raw in found]
+        values = {"finding_kind": [kind for kind, _, _ in found] + self.unlisted_kinds,
+                  "finding_message": [message for _, message, _ in found] + past,
+                  "raw": raws + past,
+                  "raw_length": [None if raw is None else len(raw) for raw in raws] + past,
+                  "listed": [True] * len(found) + [False] * len(past)}
+        return {name: pa.array(column, STAGING.field(name).type).take(rows)
+                for name, column in values.items()}
 
     def staged(self, constant: dict[str, Any], **per_row: list[Any]) -> Staged:
         """The gathered rows as one staging record batch, with their decodings."""
@@ -236,17 +269,7 @@ class _Chunk:
             if not rows:
                 records[name] = pa.nulls(n_rec, STAGING.field(name).type)
         if self.row_findings or self.unlisted:
-            kinds: list[Any] = [None] * n_rec
-            messages: list[Any] = [None] * n_rec
-            raws: list[Any] = [None] * n_rec
-            listed: list[Any] = [None] * n_rec
-            for i, (kind, message, raw) in self.row_findings.items():
-                kinds[i], messages[i], raws[i], listed[i] = kind, message, raw, True
-            for i, kind in self.unlisted.items():
-                kinds[i], listed[i] = kind, False
-            records.update(finding_kind=kinds, finding_message=messages, raw=raws,
-                           raw_length=[None if r is None else len(r) for r in raws],
-                           listed=listed)
+            records.update(self._finding_columns(n_rec))
         if self.controls:
             controls: list[Any] = [None] * n_rec
             epochs: list[Any] = [None] * n_rec

@@ -9,6 +9,9 @@ the raw bytes again with the dialect bronze recorded, in bulk per record batch.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from itertools import repeat
+from operator import is_, is_not
 from typing import Any
 
 import numpy as np
@@ -63,10 +66,9 @@ def share_state_rows(rows: pa.RecordBatch,
     n = len(decoded)
     all_kinds, errors, keys = transpose(decoded, ((1,), (5,), (2,)))
     kind_ids = list(map(id, all_kinds))
-    ok: list[KeyValue | None] = decoded if (  # usually every row decoded cleanly
-        errors.count(None) == n and id(None) not in kind_ids and None not in keys) else [
-        kv if kv is not None and kv.error is None and kv.kind is not None
-        and kv.key is not None else None for kv in decoded]
+    ok = decoded if (  # usually every row decoded cleanly
+        not any(errors) and id(None) not in kind_ids and None not in keys) else _decoded_only(
+        decoded, all_kinds, errors, keys)
     group, topic_id, partition, kinds, versions, values = transpose(
         ok, ((2, 0), (2, 1), (2, 2), (1,), (3,), (4,)))
     out: dict[str, Any] = _value_columns(kinds, versions, values, rows.column("dialect"))
@@ -81,6 +83,20 @@ def share_state_rows(rows: pa.RecordBatch,
         "topic_id": topic_id, "partition": partition, "dialect": rows.column("dialect"),
         "decode_status": rows.column("decode_status")})
     return pa.RecordBatch.from_pydict(out, schema=SHARE_STATE_SCHEMA)
+
+
+def _decoded_only(decoded: list[KeyValue | None], kinds: list[Any], errors: list[Any],
+                  keys: list[Any]) -> list[KeyValue | None]:
+    """`decoded` with None for each row that did not decode (an error, no kind or no key;
+    `kinds`, `errors`, `keys`: their fields), in bulk."""
+    n = len(decoded)
+
+    def flags(values: list[Any], test: Callable[[Any, None], bool]) -> np.ndarray:
+        return np.fromiter(map(test, values, repeat(None)), bool, n)
+
+    rows = np.fromiter(decoded, object, n)
+    rows[flags(errors, is_not) | flags(kinds, is_) | flags(keys, is_)] = None
+    return rows.tolist()  # type: ignore[no-any-return]
 
 
 def _names(kinds: list[Any], kind_ids: list[int]) -> pa.Array:
