@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import damage
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -48,6 +49,46 @@ def _fixtures(pattern: str) -> list[Path]:
 def _bronze(path: Path) -> pa.Table:
     (segment,) = discover([path])
     return pa.Table.from_batches([staged.rows for staged in read_split(Split(segment), "test")])
+
+
+def _damaged_segments(root: Path) -> list[Path]:
+    """Segments whose sample comes late or never: garbage first, fake headers, records that
+    all fail, only control batches; each in a partition folder naming its topic, or not."""
+    fixture = (conformance_dir("kafka-4.4-dev") / "share_codec_none.log").read_bytes()
+    markers = (conformance_dir("kafka-4.4-dev") / "share_txn.log").read_bytes()
+    contents = {
+        "garbage_first": bytes(range(256)) * 40 + fixture,
+        "fake_headers": damage.fake_header(1 << 20) * 300 + fixture,
+        "null_records": b"".join(damage.null_record_batch(i * 300, 300) for i in range(3)),
+        "markers": b"".join(markers[s.position:s.position + s.size]
+                            for s in damage.layout(markers) if s.is_control),
+        "empty": b""}
+    paths = []
+    for name, data in contents.items():
+        for folder in ("__share_group_state-0", "loose"):
+            path = root / name / folder / "00000000000000000000.log"
+            path.parent.mkdir(parents=True)
+            path.write_bytes(data)
+            paths.append(path)
+    return paths
+
+
+@pytest.mark.parametrize("held", [segment.HELD_ITEMS, 1])
+def test_one_read_detects_and_reads_as_two_do(tmp_path: Path, held: int) -> None:
+    """`detected_batches` (the ingest task reads a segment once) gives the detection and the
+    items of `detect_segment` then `segment_batches`, its sample early, late or never (and
+    past what it holds: `held` 1)."""
+    for path in [*_fixtures("*"), *_damaged_segments(tmp_path)]:
+        [seg] = discover([path])
+        detection, items = segment.detected_batches(seg, held_items=held)
+        expected = detect_segment(seg)
+        assert (detection, _items(items)) == (
+            expected, _items(segment.segment_batches(seg, expected))), path
+
+
+def _items(items: Any) -> list[Any]:
+    return [item if isinstance(item, LogFinding) else
+            (item.header, [tuple(r) for r in item.records], item.findings) for item in items]
 
 
 @pytest.mark.parametrize("path", _fixtures("*"), ids=lambda p: f"{p.parent.name}/{p.name}")

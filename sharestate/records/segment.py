@@ -23,7 +23,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from itertools import accumulate, islice
+from itertools import accumulate, chain, islice
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -98,6 +98,36 @@ def detect_segment(segment: Segment, *, dialect_name: str | None = None,
 Decoded = KeyValue | ControlRecord | LogFinding
 """What one record decodes to: a data record's `KeyValue` (its `error` says why one failed),
 a control record's `ControlRecord`, or a `LogFinding` when a control record is malformed."""
+
+
+HELD_ITEMS = 1024
+"""Items `detected_batches` holds while it gathers its sample (a finding's bytes are capped,
+4 KiB by default); a segment whose sample lies further is detected in a pass of its own."""
+
+
+def detected_batches(segment: Segment, *, limits: ReadLimits = DEFAULT_LIMITS,
+                     held_items: int = HELD_ITEMS
+                     ) -> tuple[Detection, Iterator[Batch | LogFinding]]:
+    """`detect_segment` and `segment_batches` of the whole segment in one read: the items
+    read while the sample is gathered are held and given back first (a segment without
+    records, or all damage, is not read twice). The same as the two calls."""
+    items = read_segment(segment, limits=limits)
+    held: list[Batch | LogFinding] = []
+    sample: list[tuple[bytes | None, bytes | None]] = []
+    for item in items:
+        held.append(item)
+        if isinstance(item, Batch) and not item.header.is_control:
+            sample.extend((record.key, record.value)
+                          for record in islice(item.records, SAMPLE_RECORDS - len(sample)))
+        if len(sample) >= SAMPLE_RECORDS:
+            break
+        if len(held) >= held_items:
+            detection = detect_segment(segment, limits=limits)
+            return detection, segment_batches(segment, detection, limits=limits)
+    detection = detect(sample, topic=segment.topic, dialect_name=None)
+    stream = chain(held, items)
+    return detection, (stream if detection.topic is not None
+                       else _unknown_topic(segment, detection, stream, 0))
 
 
 def segment_batches(segment: Segment, detection: Detection, *, start: int = 0,

@@ -42,7 +42,12 @@ from sharestate.log import (
 from sharestate.records.catalog import dialect
 from sharestate.records.detect import SAMPLE_RECORDS, Detection, detect
 from sharestate.records.keyvalue import KeyValue, decode_key_values
-from sharestate.records.segment import FindingCap, detect_segment, segment_batches
+from sharestate.records.segment import (
+    FindingCap,
+    detect_segment,
+    detected_batches,
+    segment_batches,
+)
 from sharestate.tables.columns import int_columns, transpose
 from sharestate.tables.spec import table
 
@@ -308,8 +313,13 @@ def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
                ) -> Iterator[Staged]:
     """Stream one split as staging record batches (see the module docstring)."""
     segment = split.segment
-    if detection is None:
-        detection = detect_segment(segment, limits=limits)
+    if detection is None and split.start == 0 and split.end is None:
+        detection, items = detected_batches(segment, limits=limits)
+    else:
+        if detection is None:
+            detection = detect_segment(segment, limits=limits)
+        items = segment_batches(segment, detection, start=split.start, end=split.end,
+                                limits=limits)
     topic = detection.topic or UNKNOWN_TOPIC
     schemas = dialect(detection.dialect)
     names = _record_names(detection.dialect, topic)
@@ -328,8 +338,7 @@ def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
         records.clear()
 
     staged = 0  # rows in `chunk` (the clean records are not in it yet)
-    for item in segment_batches(segment, detection, start=split.start, end=split.end,
-                                limits=limits):
+    for item in items:
         if not (isinstance(item, LogFinding) or item.header.is_control or item.findings):
             clean.append(item)
             records.extend(item.records)
