@@ -85,6 +85,7 @@ bench: $(STAMP) $(NATIVE_STAMP) jars ## run the benchmarks (records/s; figures i
 	$(BIN)/python bench/pipeline.py
 	$(BIN)/python bench/resync.py
 	$(BIN)/python bench/serve.py
+	$(BIN)/python bench/sql.py
 
 docs: $(STAMP) $(NATIVE_STAMP) ## regenerate docs/configuration.md from the code
 	$(BIN)/python -m sharestate.app.reference > docs/configuration.md

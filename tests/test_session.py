@@ -95,12 +95,12 @@ def test_delta_wiring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert with_delta(wired) == wired
 
 
-def test_driver_jit_is_quick_only_where_the_jvm_orchestrates(
+def test_driver_jit_is_quick_only_where_the_caller_asks_on_a_local_master(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SPARK_HOME", raising=False)
     local = {"spark.master": "local[2]", "spark.sharestate.classArchive": "off"}
     assert driver_jit(local, quick_jit=True) == "quick"
-    assert driver_jit(local, quick_jit=False) == "full"  # sql, reports: queries in the JVM
+    assert driver_jit(local, quick_jit=False) == "full"  # reports: long queries in the JVM
     assert driver_jit({**local, "spark.master": "spark://h:7077"}, quick_jit=True) == "full"
     # either backend: the executors write the files, the JVM plans and commits
     assert driver_jit({**local, "spark.sharestate.lake.backend": "jvm"}, True) == "quick"

@@ -21,6 +21,7 @@ from terminal import Terminal
 from sharestate.app.cli import main
 from sharestate.app.sql_session import MORE, PROMPT, Command, Reader, split_statements
 from sharestate.lake import open_lake
+from sharestate.spark.session import QUICK_JIT
 
 COOKBOOK = PROJECT_ROOT / "docs" / "sql-cookbook.md"
 ROWS = re.compile(r"^\((\d+) rows?(, times in .+)?\)$", re.M)
@@ -49,6 +50,8 @@ def test_prompt_runs_the_cookbook_in_one_session(
         greeting = terminal.expect(PROMPT)
         opened = time.monotonic() - started
         assert "\\d lists them, \\q quits" in greeting, greeting
+        # short queries: the optimising JIT's compilations would cost more than they save
+        assert QUICK_JIT in _jvm_options(terminal.process.pid)
 
         listing, _ = statement(terminal, "\\d")
         tables = dict(re.findall(r"^(\w+)\s+(\w.*)$", listing, re.M)[1:])
@@ -100,6 +103,22 @@ def test_prompt_runs_the_cookbook_in_one_session(
     redelivered = " ".join(line.strip() for line in next(
         q for q in cookbook_queries() if "FROM redelivery" in q).strip().splitlines())
     assert f"{redelivered};" in history.splitlines(), history  # one entry, not four
+
+
+def _jvm_options(pid: int) -> list[str]:
+    """The command line of the JVM a process started (its child, or a child's child)."""
+    parents, commands = {}, {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            commands[int(entry)] = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile
+            continue
+        parents[int(entry)] = int(stat.rpartition(")")[2].split()[1])
+    jvms = [commands[child] for child, parent in parents.items()
+            if pid in (parent, parents.get(parent)) and commands[child][0].endswith(b"java")]
+    assert jvms, f"no JVM under process {pid}"
+    return [part.decode() for part in jvms[0]]
 
 
 def _rows(printed: str) -> list[str]:

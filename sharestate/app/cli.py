@@ -526,7 +526,9 @@ def cmd_sql(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="sharestate-sql-") as scratch:
         conf = {**settings, **session_settings(scratch)}
         try:
-            spark = build_session("sharestate-sql", ui=False, conf=conf)
+            # the queries of a session are short: C2's compilations cost more CPU than
+            # they save (the cookbook on the demo warehouse: 19.9 CPU-s full, 10.3 quick)
+            spark = build_session("sharestate-sql", ui=False, conf=conf, quick_jit=True)
         except SettingError as exc:
             raise UsageError(str(exc)) from None
         # a failed task logs its Java stack; the error line says enough
