@@ -77,6 +77,11 @@ def test_settings_are_layered(conf_file: Path) -> None:
     remote = resolve_conf(conf_file=conf_file, master="yarn",
                           conf={"spark.executorEnv.PYTHONPATH": "/x"})
     assert "spark.driver.host" not in remote and remote["spark.executorEnv.PYTHONPATH"] == "/x"
+    # Delta's log replay in a few tasks on a cluster too (its 50 took 20-25 s a read there)
+    assert remote["spark.databricks.delta.snapshotPartitions"] == "4"
+    assert resolve_conf(conf_file=conf_file, launched={
+        "spark.master": "spark://h:7077", "spark.databricks.delta.snapshotPartitions": "50",
+    })["spark.databricks.delta.snapshotPartitions"] == "50"  # spark-submit's own wins
     local = resolve_conf(conf_file=conf_file, conf={"spark.executorEnv.PYTHONPATH": "/x"})
     assert local["spark.executorEnv.PYTHONPATH"] == "/x"  # the user's, as given
 

@@ -90,13 +90,15 @@ DEFAULTS: Mapping[str, str] = {
     # first: the pipeline's tasks each write a few partitions, and the sort cost the
     # jvm backend's writes a tenth of their time.
     "spark.sql.maxConcurrentOutputFileWriters": "16",
+    # The jvm backend's Delta rebuilds a table's state from its log in this many tasks
+    # before each read. A run's tables have logs of a few commits: Delta's default, 50
+    # tasks of a few small files each, took 20-25 s a read on a standalone cluster of two
+    # 1-core workers, where each task waits for an executor's core.
+    "spark.databricks.delta.snapshotPartitions": "4",
 }
 LOCAL_DEFAULTS: Mapping[str, str] = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
-    # The jvm backend's Delta rebuilds a table's state from its log in this many tasks
-    # (Delta's default, 50, is 50 tasks of a few small files each on a local master).
-    "spark.databricks.delta.snapshotPartitions": "4",
 }
 NO_UI: Mapping[str, str] = {
     "spark.ui.enabled": "false",
