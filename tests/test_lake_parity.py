@@ -52,6 +52,17 @@ def content(df: DataFrame) -> list[tuple[Any, ...]]:
     return sorted(tuple(r) for r in df.collect())
 
 
+def jobs_to_read(spark: SparkSession, lake: Lake, path: Path) -> int:
+    """The Spark jobs reading the table's current rows to the driver takes."""
+    group = f"read {lake.backend} {path}"
+    spark.sparkContext.setJobGroup(group, "a table read")
+    try:
+        lake.read(path).collect()
+        return len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+
+
 def tables_written(tmp: Path) -> dict[str, Any]:
     """In a JVM started for the jvm backend: the scenario on each backend, each table read
     back by each backend (history, schema, partitioning, properties, rows, version 1)."""
@@ -80,7 +91,8 @@ def tables_written(tmp: Path) -> dict[str, Any]:
                 "table_schema": reader.schema(path).jsonValue(), "rows": content(reader.read(path)),
                 "partition_by": reader.partition_columns(path),
                 "layer": reader.properties(path)["sharestate.layer"],
-                "version_1": content(reader.read(path, version=1))}
+                "version_1": content(reader.read(path, version=1)),
+                "jobs_to_read": jobs_to_read(session, reader, path)}
     return seen
 
 
@@ -114,3 +126,6 @@ def test_rs_and_jvm_write_the_same_tables(tmp_path: Path) -> None:
              for writer in ("rs", "jvm") for reader in ("rs", "jvm")]
     assert all(view == views[0] for view in views[1:]), views
     assert views[0]["rows"] and views[0]["partition_by"] == ["topic", "partition"]
+    # one job: the files come from the log as delta-rs reads it, where Delta's reader first
+    # rebuilds the table's state in jobs of its own (4-10 s a read on a small cluster)
+    assert views[0]["jobs_to_read"] == 1

@@ -15,9 +15,10 @@ and Delta SQL are available on the same tables through `delta.tables.DeltaTable`
 
 What needs no Spark job is not asked of one: a table's columns and partitioning are read
 once per lake (they do not change under it), its version is the newest commit file in its
-log, and the data files of a table on a local file system are listed, and small tables
-read, from its log by delta-rs (as the `rs` backend does; a table with features delta-rs
-cannot read goes through Spark).
+log, and the data files of a table on a local file system are listed, small tables read and
+the current version's files handed to Spark's Parquet reader, from its log by delta-rs (as
+the `rs` backend does; a table with features delta-rs cannot read, or an older version,
+goes through Delta's reader).
 """
 
 from __future__ import annotations
@@ -135,6 +136,17 @@ class JvmLake(DirectLake):
         return Lake.overwrite_many(self, df, produce, targets, metadata=metadata)
 
     def read(self, path: TablePath, *, version: int | None = None) -> DataFrame:
+        """The table's current files listed from its log by delta-rs where it can read the
+        table on a local file system, read as Parquet; else (and at older versions) Delta's
+        reader, which first rebuilds the table's state in a Spark job: 4-10 s a read on a
+        standalone cluster of two 1-core workers, where the run was 2.2 times rs's."""
+        if version is None and _local(path):
+            from sharestate.lake.rs import read_frame
+
+            try:
+                return read_frame(self.spark, path)
+            except ValueError:  # features delta-rs cannot read
+                pass
         reader = self.spark.read.format("delta")
         if version is not None:
             reader = reader.option("versionAsOf", version)

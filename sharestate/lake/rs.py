@@ -45,7 +45,7 @@ from sharestate.lake.direct import DirectLake, Replaced
 from sharestate.lake.partitions import file_matches, matches, partition_string, replace_where
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
 UNSUPPORTED_READER_FEATURES = frozenset({"deletionVectors", "columnMapping"})
@@ -90,6 +90,19 @@ def read_table(path: TablePath, columns: Sequence[str] | None = None) -> pa.Tabl
     local = pafs.SubTreeFileSystem(root, pafs.LocalFileSystem())
     return _readable(root, None).to_pyarrow_table(columns=list(columns) if columns else None,
                                                   filesystem=local)
+
+
+def read_frame(spark: SparkSession, path: TablePath, version: int | None = None) -> DataFrame:
+    """The table (at `version`) as a Spark DataFrame over its active Parquet files, listed
+    from its log by delta-rs: no Spark job rebuilds the table's state first (ValueError: a
+    table delta-rs cannot read)."""
+    table = _readable(path, version)
+    schema = _spark_schema(table)
+    uris = table.file_uris()
+    if not uris:
+        return spark.createDataFrame([], schema)
+    return (spark.read.schema(schema).option("basePath", _root(path))
+            .parquet(*uris).select(*schema.names))
 
 
 def list_files(path: TablePath, version: int | None = None) -> list[ActiveFile]:
@@ -174,13 +187,7 @@ class RsLake(DirectLake):
         return int(table.version())
 
     def read(self, path: TablePath, *, version: int | None = None) -> DataFrame:
-        table = _readable(path, version)
-        schema = _spark_schema(table)
-        uris = table.file_uris()
-        if not uris:
-            return self.spark.createDataFrame([], schema)
-        return (self.spark.read.schema(schema).option("basePath", _root(path))
-                .parquet(*uris).select(*schema.names))
+        return read_frame(self.spark, path, version)
 
     def read_arrow(self, path: TablePath, columns: Sequence[str] | None = None) -> pa.Table:
         """Read on the driver by delta-rs, no Spark job."""
