@@ -23,6 +23,7 @@ cluster's workers, and the driver's own dependencies (Great Expectations, plotly
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -55,8 +56,13 @@ def pinned() -> list[str]:
     return pins
 
 
-def _run(argv: list[str], what: str) -> None:
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+def _run(argv: list[str], what: str, cwd: Path) -> None:
+    """Run `argv` in `cwd`, without the caller's PYTHONPATH: the environment's Python sees
+    only what is installed in it. With a checkout on that path, pip found sharestate there
+    ("already satisfied") and left it out of the environment, and the check below imported
+    the checkout's: the archive passed, and the executors failed on `import sharestate`."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=cwd, env=env)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         raise PackError(f"{what} failed: {tail[0]}")
@@ -67,11 +73,18 @@ def build_wheel(out: Path) -> Path:
     if not (PROJECT_ROOT / "pyproject.toml").is_file():
         raise PackError("not running from a checkout: give --wheel")
     _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir",
-          str(out), str(PROJECT_ROOT)], "building the wheel")
+          str(out), str(PROJECT_ROOT)], "building the wheel", PROJECT_ROOT)
     wheels = sorted(out.glob("sharestate-*.whl"))
     if not wheels:
         raise PackError("building the wheel left no sharestate wheel")
     return wheels[-1]
+
+
+def check_environment(env: Path) -> None:
+    """The environment's Python imports sharestate with its C extension, from itself."""
+    _run([str(env / "bin" / "python"), "-c",
+          "from sharestate import native; assert native.module is not None"],
+         "loading the C extension in the environment", env)
 
 
 def pack(out: Path, wheel: Path | None = None) -> Path:
@@ -85,11 +98,10 @@ def pack(out: Path, wheel: Path | None = None) -> Path:
         venv.create(env, with_pip=True)
         python = str(env / "bin" / "python")
         _run([python, "-m", "pip", "install", "--quiet", "--no-deps", str(wheel)],
-             f"installing {wheel.name}")
+             f"installing {wheel.name}", work)
         _run([python, "-m", "pip", "install", "--quiet", *pinned()],
-             "installing the executors' packages")
-        _run([python, "-c", "from sharestate import native; assert native.module is not None"],
-             "loading the C extension in the environment")
+             "installing the executors' packages", work)
+        check_environment(env)
         out.parent.mkdir(parents=True, exist_ok=True)
         venv_pack.pack(prefix=str(env), output=str(out), force=True, verbose=False)
     return out
