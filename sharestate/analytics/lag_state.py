@@ -15,6 +15,7 @@ table.
 from __future__ import annotations
 
 import hashlib
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -142,9 +143,12 @@ def ends_allow(old: Iterable[Mapping[str, Any]], new: Iterable[Mapping[str, Any]
     times: dict[tuple[str | None, int], list[int]] = {}
     for row in [*before.values(), *after.values()]:
         times.setdefault(key(row), []).append(int(row["time"]))
+    for listed in times.values():
+        listed.sort()
     for row in changed:
         t = int(row["time"])
-        earlier = [u for u in times[key(row)] if u < t]
-        if t <= since or (earlier and max(earlier) < since):
+        listed = times[key(row)]
+        below = bisect_left(listed, t)  # the rows of its partition before it
+        if t <= since or (below and listed[below - 1] < since):
             return False
     return True
