@@ -38,7 +38,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sharestate.app.cli import main
-from sharestate.log import discover
+from sharestate.log import Batch, discover, read_batches
+from sharestate.log.builder import SegmentWriter, build_batch
 from sharestate.records.segment import detect_segment
 from sharestate.tables import bronze
 from sharestate.tables.tasks import bronze_tables
@@ -333,6 +334,36 @@ def test_a_gzipped_segment_damaged_inside_reads_like_the_plain_one(tmp_path: Pat
         assert reading.rows == plain_rows
 
 
+def test_a_log_of_update_tombstones_lists_max_findings_of_the_replay(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The share shard's own findings (here ShareUpdate-key tombstones, on which Kafka's
+    replay throws) are listed as a segment's are: `state` and `prune` print the first
+    `--max-findings` of a partition log, then one line per code saying how many more, and
+    count every one (it printed a line per record, 300,000 for a 10 MB segment)."""
+    fixture = conformance_root() / "kafka-4.4-dev" / "share_update_tombstone.log"
+    if not fixture.is_file():
+        pytest.skip(f"{fixture} not found")
+    with fixture.open("rb") as segment:
+        records = [r for batch in read_batches(segment) if isinstance(batch, Batch)
+                   for r in batch.records]
+    (tombstone, *_) = [r for r in records if r.value is None]
+    with SegmentWriter(tmp_path, SHARE, 0) as writer:
+        writer.append(build_batch(records))
+        writer.append(build_batch([tombstone._replace(offset=len(records) + i)
+                                   for i in range(50)]))
+    for command in ("state", "prune"):
+        assert main([command, str(writer.directory), "--max-findings", "10", "-o", os.devnull]) == 1
+        lines = capsys.readouterr().err.splitlines()
+        listed = [line for line in lines if ": update-tombstone: " in line]
+        assert [line.split()[2] for line in listed] == [
+            "12:", "13:", *(f"{len(records) + i}:" for i in range(8))]
+        (omitted,) = [line for line in lines if ": omitted_findings: " in line]
+        assert omitted.split(": ", 2)[2].startswith(
+            f"42 more update-tombstone findings in this partition, from offset "
+            f"{len(records) + 8} on"), omitted
+        assert lines[-1] == "52 findings"
+
+
 @pytest.mark.parametrize("how", ["cut", "trailing", "flip"])
 def test_a_damaged_gzip_stream_gives_everything_it_inflates(how: str, tmp_path: Path) -> None:
     fixture = conformance_root() / "kafka-4.4-dev" / "share_replay_small.log"
@@ -426,6 +457,7 @@ _PROBE = """
 import sys
 from pathlib import Path
 from sharestate.app.cli import main
+from sharestate.log.builder import SegmentWriter, build_batch
 status = main(sys.argv[1:])
 peak = [line.split()[1] for line in Path("/proc/self/status").read_text().splitlines()
         if line.startswith("VmHWM")][0]

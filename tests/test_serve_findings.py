@@ -14,9 +14,10 @@ from serve_support import eventually, fixture_records, get, mock_cluster
 from test_serve_log_reset import apply
 
 from sharestate.app.serve.checkpoint import decode_body, encode_body
+from sharestate.app.serve.metrics import registry
 from sharestate.app.serve.partition import PartitionReplay, ReplayOptions
 from sharestate.app.serve.service import start
-from sharestate.app.serve.view import partition_view
+from sharestate.app.serve.view import View, findings, partition_view
 from sharestate.cluster import parse_options
 from sharestate.log import RawRecord
 from sharestate.records.catalog import SHARE_STATE_TOPIC
@@ -92,3 +93,43 @@ def test_a_checkpoint_keeps_the_counted_findings() -> None:
     assert len(part.findings) == CAP and part.omitted_count == 6
     assert [f.message.split(" finding")[0] for f in part.omitted] == [
         "3 more null_key", "3 more unknown_record_type"]
+
+
+def tombstones(first: int, count: int) -> list[RawRecord]:
+    """`count` ShareUpdate-key tombstones from offset `first`: Kafka's replay throws on
+    each, so each is a finding of the share shard, not of the log."""
+    (tombstone, *_) = [r for r in fixture_records("share_update_tombstone.log")
+                       if r.value is None]
+    return [tombstone._replace(offset=first + i) for i in range(count)]
+
+
+def test_the_shards_findings_are_listed_up_to_the_cap_with_the_logs() -> None:
+    """The share shard's own findings (a record Kafka's replay does not apply) come under
+    the partition's cap with the log's: listed in full up to `max_findings` in all, then
+    counted per code; the replay and its views hold no more, /v1/findings and /metrics
+    give every one, and a resumed replay goes on counting."""
+    good = fixture_records("share_codec_none.log")
+    options = ReplayOptions(max_findings=CAP)
+    replay = PartitionReplay(*WHERE, options)
+    apply(replay, [*good, *bad(len(good), 4, 0)])
+    apply(replay, tombstones(len(good) + 4, 2500))
+    assert replay.share is not None and len(replay.share.result.shard.findings) == CAP - 4
+    part = partition_view(replay, None, 10080)
+    assert part.share is not None and len(part.share.shard.findings) == CAP - 4
+    found = findings(View({WHERE: part}))
+    assert [f["kind"] for f in found] == (["null_key"] * 4 + ["update-tombstone"] * (CAP - 4)
+                                          + ["omitted_findings"])
+    assert [f["offset"] for f in found[4:CAP]] == list(range(len(good) + 4, len(good) + CAP))
+    assert found[-1]["message"].split(" on,")[0] == (
+        f"{2500 - CAP + 4} more update-tombstone findings in this partition, from offset "
+        f"{len(good) + CAP}")
+    scraped = registry(lambda: View({WHERE: part}), dict)
+    labels = {"state_topic": SHARE_STATE_TOPIC, "state_partition": "0"}
+    assert scraped.get_sample_value("sharestate_serve_decode_errors_total", labels) == 2504
+    assert scraped.get_sample_value("sharestate_serve_findings_omitted_total",
+                                    labels) == 2504 - CAP
+    (saved,) = decode_body(encode_body({WHERE: replay.checkpoint()})).values()
+    resumed = PartitionReplay(*WHERE, options, saved=saved)
+    apply(resumed, tombstones(len(good) + 2504, 6))
+    assert resumed.share is not None and len(resumed.share.result.shard.findings) == CAP - 4
+    assert resumed.cap.omitted_count() == 2510 - CAP

@@ -39,6 +39,7 @@ from sharestate.log.order import OffsetOrder
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC, dialect_names
 from sharestate.records.detect import Detection
 from sharestate.records.segment import (
+    FindingCap,
     LogItem,
     decode_segment,
     detect_segment,
@@ -322,19 +323,30 @@ def _say_past_end(args: argparse.Namespace, replays: Sequence[_Replay]) -> None:
 
 
 def _replay_share(args: argparse.Namespace) -> tuple[list[ShareLogResult], int]:
+    """Each share-state partition log replayed; the shard's own findings on stderr, the
+    first `--max-findings` of a log in full, then one line per code counted past them."""
+    caps: list[FindingCap] = []
     with _findings(args) as found:
         logs = _logs(args, SHARE_STATE_TOPIC, found)
-        replays = [_replayed(ShareReplay.of_log(
-            log, as_of=_as_of(args), semantics=args.semantics,
-            snapshot_update_records_per_snapshot=args.snapshot_update_records), log, found)
-            for log in logs]
+        replays = []
+        for log in logs:
+            replay = ShareReplay.of_log(
+                log, as_of=_as_of(args), semantics=args.semantics,
+                snapshot_update_records_per_snapshot=args.snapshot_update_records)
+            replay.result.shard.cap = FindingCap(args.max_findings, log.name, "partition")
+            caps.append(replay.result.shard.cap)
+            replays.append(_replayed(replay, log, found))
     _say_past_end(args, replays)
     results = [replay.result for replay in replays]
-    for result in results:
+    for result, cap in zip(results, caps, strict=True):
         for finding in result.shard.findings:
             print(f"{result.name} offset {finding.offset}: {finding.code}: {finding.message}",
                   file=sys.stderr)
-    return results, found.status(sum(len(r.shard.findings) for r in results))
+        for summary in cap.summary():
+            print(f"{result.name} offset {summary.offset}: {summary.kind}: {summary.message}",
+                  file=sys.stderr)
+    return results, found.status(sum(len(r.shard.findings) for r in results)
+                                 + sum(cap.omitted_count() for cap in caps))
 
 
 def cmd_state(args: argparse.Namespace) -> int:

@@ -35,7 +35,7 @@ Transaction semantics, chosen per shard:
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Iterator
-from typing import Final, NamedTuple, cast
+from typing import TYPE_CHECKING, Final, NamedTuple, cast
 
 from sharestate.coordinator.combiner import COMBINERS, SWEEP
 from sharestate.coordinator.offsets_manager import OffsetsManager
@@ -56,6 +56,9 @@ from sharestate.coordinator.share_state import (
     SharePartitionState,
     ShareValue,
 )
+
+if TYPE_CHECKING:
+    from sharestate.records.segment import FindingCap
 
 KAFKA: Final = "kafka"
 TRANSACTIONAL_ACKS: Final = "transactional-acks"
@@ -108,10 +111,14 @@ class NativeContext(NamedTuple):
 
 
 class ShareShard:
-    """Replays share-state records in log order and exposes what Kafka's shard would hold."""
+    """Replays share-state records in log order and exposes what Kafka's shard would hold.
+
+    `findings` lists what it handled differently from Kafka's replay; with a `cap` (a
+    `FindingCap`, shared with the log's findings where the caller lists them together) only
+    those the cap admits, the rest counted in it per code."""
 
     __slots__ = ("_combine", "_counts", "_leader_epochs", "_offsets", "_pending", "_state_epochs",
-                 "_states", "findings", "rules", "semantics")
+                 "_states", "cap", "findings", "rules", "semantics")
 
     def __init__(self, rules: ShareRules = RULES_4_1, semantics: str = KAFKA) -> None:
         if semantics not in SEMANTICS:
@@ -127,6 +134,7 @@ class ShareShard:
         self._pending: dict[int, list[PendingRecord]] | None = (
             {} if semantics == TRANSACTIONAL_ACKS else None)
         self.findings: list[ShardFinding] = []
+        self.cap: FindingCap | None = None
 
     @classmethod
     def restored(cls, rules: ShareRules, semantics: str, entries: Iterable[KeyEntry],
@@ -298,7 +306,8 @@ class ShareShard:
                 return
 
     def _finding(self, offset: int, code: str, key: ShareKey | None, message: str) -> None:
-        self.findings.append(ShardFinding(offset, code, message, key))
+        if self.cap is None or self.cap.admit(code, -1, offset):
+            self.findings.append(ShardFinding(offset, code, message, key))
 
     def native_context(self) -> NativeContext | None:
         """What `sharestate._native.share_apply` needs to apply clean records in C.
@@ -319,7 +328,7 @@ class ShareShard:
     def copy(self) -> ShareShard:
         """A shard holding what this one holds now, untouched by what this one replays
         next (its states, epochs and counts are immutable values: copying the maps
-        suffices)."""
+        suffices); without a cap (it counts nothing)."""
         other = ShareShard.__new__(ShareShard)
         other.rules, other._combine, other.semantics = self.rules, self._combine, self.semantics
         other._states = dict(self._states)
@@ -331,6 +340,7 @@ class ShareShard:
         other._pending = None if self._pending is None else {
             producer_id: list(records) for producer_id, records in self._pending.items()}
         other.findings = list(self.findings)
+        other.cap = None
         return other
 
     # -- views --------------------------------------------------------------------------

@@ -65,7 +65,7 @@ class StateCollector(Collector):
         for (topic, partition), part in view.partitions.items():
             where = [topic, str(partition)]
             applied.add_metric(where, part.progress.records)
-            errors.add_metric(where, len(part.findings) + part.omitted_count)
+            errors.add_metric(where, len(part.listed()) + part.omitted_count)
             omitted.add_metric(where, part.omitted_count)
             behind.add_metric(where, part.behind)
             if (fetch := view.fetched.get((topic, partition))) is not None:

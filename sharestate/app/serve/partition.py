@@ -5,10 +5,11 @@
 (which tell its dialect) or restored from a checkpoint, and how far it was read
 (`Progress`). Only the tailer's thread calls it: records are applied on that thread as they
 are consumed (`sharestate.cluster.consumed`: the batches the Spark replay task makes of the
-bronze rows of a live read, with the same record decoder). Its findings are listed as a
-segment's are (`FindingCap`, per partition): the first `--max-findings` in full, held by the
-replay, the rest counted per kind, so a partition of records that do not decode holds no
-more than that. What readers see of it is a view the writer makes and publishes
+bronze rows of a live read, with the same record decoder). Its findings, the log's and
+those of the share shard's replay, are listed as a segment's are (`FindingCap`, one per
+partition): the first `--max-findings` in full, held by the replay, the rest counted per
+kind, so a partition of records that do not decode or apply holds no more than that.
+What readers see of it is a view the writer makes and publishes
 (`sharestate.app.serve.view`), never the replay itself.
 """
 
@@ -112,7 +113,9 @@ class PartitionReplay:
             if saved.dialect is not None and saved.snapshot is not None:
                 replay = self._start(saved.dialect, saved.snapshot)
                 if replay is not None:
-                    self.cap.left -= len(replay.result.findings)
+                    self.cap.left -= len(replay.result.findings) + (
+                        len(replay.result.shard.findings)
+                        if isinstance(replay, ShareReplay) else 0)
                     self.cap.omitted = {kind: list(counted)
                                         for kind, counted in saved.omitted.items()}
 
@@ -206,6 +209,7 @@ class PartitionReplay:
                                 semantics=self.options.semantics,
                                 snapshot_update_records_per_snapshot=(
                                     self.options.snapshot_update_records_per_snapshot)))
+                self.share.result.shard.cap = self.cap
                 return self.share
             self.group = GroupReplay.restore(resume) if resume else GroupReplay(
                 group_state(self.topic, self.partition, dialect))

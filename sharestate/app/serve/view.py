@@ -63,13 +63,21 @@ class PartitionView:
     omitted_count: int = 0
     """How many findings were counted, not listed."""
     share: ShareLogResult | None = None
-    """A copy of the replay's state (its prune ledger and findings left out: see `prune`
-    and `findings`)."""
+    """A copy of the replay's state (its prune ledger and the log's findings left out: see
+    `prune` and `findings`; its shard's findings, up to `--max-findings` with the log's,
+    kept)."""
     prune: Row | None = None
     offsets: Mapping[str, tuple[Row, ...]] = field(default_factory=dict)
     """`__consumer_offsets`: each group's committed offsets as `sharestate offsets` rows."""
     names: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """`__consumer_offsets`: each share group's topic ids -> names."""
+
+    def listed(self) -> list[LogFinding]:
+        """The findings listed one by one: the log's, then the share shard's replay's
+        (under their code, at no position and with no bytes)."""
+        name = f"{self.topic}-{self.partition}"
+        return [*self.findings, *(LogFinding(f.code, f.message, -1, f.offset, b"", 0, name)
+                                  for f in (self.share.shard.findings if self.share else ()))]
 
     @property
     def behind(self) -> int:
@@ -226,4 +234,4 @@ def findings(view: View) -> list[Row]:
     partition's listed ones, then one `omitted_findings` line per kind counted past them
     (how many, from where)."""
     return [finding_json(f, p.topic, p.partition) for p in view.partitions.values()
-            for part in (p.findings, p.omitted) for f in part]
+            for part in (p.listed(), p.omitted) for f in part]
