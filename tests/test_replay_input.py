@@ -8,6 +8,7 @@ included) gives the answers of the log as it was written.
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -111,3 +112,27 @@ def test_a_segment_overlapping_another_is_one_record_an_offset(tmp_path: Path) -
     assert _replayed(SHARE_STATE_TOPIC, doubled) == expected
     history = expected["share_partition_state_history"]
     assert len(history) == len({row["record_offset"] for row in history}) > 0
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_replay_task_pauses_the_collector_and_gives_it_back(tmp_path: Path,
+                                                              enabled: bool) -> None:
+    """The cyclic collector is off while a task works (a replay keeps every record's state
+    until its history rows are built, and each young collection visited all of it) and as
+    it was when the task ends, or is abandoned: a Python worker runs other tasks after."""
+    rows = _records(conformance_dir("kafka-4.4-dev") / "share_replay_small.log")
+    task = pa.RecordBatch.from_pylist(
+        [{"topic": SHARE_STATE_TOPIC, "partition": 0,
+          "files": [_file(tmp_path, "all", rows, 0, 1)]}], schema=REPLAY_TASKS)
+    (gc.enable if enabled else gc.disable)()
+    try:
+        during = [gc.isenabled() for _ in replay_partitions(iter([task]), GoldOptions())]
+        assert during and not any(during)
+        assert gc.isenabled() == enabled
+        abandoned = replay_partitions(iter([task]), GoldOptions())
+        next(abandoned)
+        assert not gc.isenabled()
+        abandoned.close()
+        assert gc.isenabled() == enabled
+    finally:
+        gc.enable()

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from sharestate.log import DEFAULT_LIMITS, ReadLimits, segment_of
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.records.keyvalue import KeyValue
-from sharestate.runtime import quiet_gc
+from sharestate.runtime import collector_paused
 from sharestate.tables import bronze, gold_pass
 from sharestate.tables.gold_pass import BronzeFile, GoldOptions, Rows, read_partition_files
 from sharestate.tables.silver import group_rows, share_state_rows
@@ -55,27 +55,29 @@ def ingest_splits(splits: Iterator[pa.RecordBatch], run_id: str, silver: bool = 
                   limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Rows]:
     """Read each split (rows: path, start, end) of a segment into the bronze tables (and
     with `silver` the silver tables)."""
-    quiet_gc()
-    for batch in splits:
-        for row in batch.to_pylist():
-            split = bronze.Split(segment_of(Path(row["path"])), row["start"], row["end"])
-            yield from bronze_tables(bronze.read_split(split, run_id, limits=limits), silver)
+    with collector_paused():
+        for batch in splits:
+            for row in batch.to_pylist():
+                split = bronze.Split(segment_of(Path(row["path"])), row["start"], row["end"])
+                yield from bronze_tables(bronze.read_split(split, run_id, limits=limits),
+                                         silver)
 
 
 def ingest_consumed(raw: Iterator[pa.RecordBatch], run_id: str, source: str,
                     silver: bool = False, limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Rows]:
     """Rows read from a live cluster into the bronze tables (and with `silver` the silver
     tables)."""
-    quiet_gc()
-    yield from bronze_tables(bronze.consumer_rows(raw, run_id, source,
-                                                  max_findings=limits.max_findings), silver)
+    with collector_paused():
+        yield from bronze_tables(bronze.consumer_rows(raw, run_id, source,
+                                                      max_findings=limits.max_findings),
+                                 silver)
 
 
 def silver_tables(rows: Iterator[pa.RecordBatch]) -> Iterator[Rows]:
     """Bronze `log_records` rows (any topic) as `share_state_records` / `group_records`."""
-    quiet_gc()
-    for batch in rows:
-        yield from _silver(batch)
+    with collector_paused():
+        for batch in rows:
+            yield from _silver(batch)
 
 
 def _silver(batch: pa.RecordBatch, decoded: list[KeyValue | None] | None = None
@@ -102,25 +104,25 @@ def replay_partitions(tasks: Iterator[pa.RecordBatch], options: GoldOptions) -> 
     """Replay tasks (rows: topic, partition, files, state) into the gold tables; each task
     reads its partition's bronze files itself, in offset order: all of them, or with a
     `state` (a `replay_state` row's) only the rows above its last applied offset."""
-    quiet_gc()
-    for batch in tasks:
-        for task in batch.to_pylist():
-            state = task.get("state")
-            rows = read_partition_files(task["partition"],
-                                        [BronzeFile(**f) for f in task["files"]],
-                                        above=task.get("above"))
-            if task["topic"] == SHARE_STATE_TOPIC:
-                yield from gold_pass.share_partition_gold(task["partition"], rows, options,
-                                                          state)
-            else:
-                yield from gold_pass.group_gold(rows, options)
+    with collector_paused():
+        for batch in tasks:
+            for task in batch.to_pylist():
+                state = task.get("state")
+                rows = read_partition_files(task["partition"],
+                                            [BronzeFile(**f) for f in task["files"]],
+                                            above=task.get("above"))
+                if task["topic"] == SHARE_STATE_TOPIC:
+                    yield from gold_pass.share_partition_gold(task["partition"], rows,
+                                                              options, state)
+                else:
+                    yield from gold_pass.group_gold(rows, options)
 
 
 def replay_rows(rows: Iterator[pa.RecordBatch], options: GoldOptions) -> Iterator[Rows]:
     """Replay bronze rows ordered by (topic, partition, offset) into the gold tables."""
-    quiet_gc()
-    for topic, slices in gold_pass.column_runs(rows, "topic"):
-        if topic == SHARE_STATE_TOPIC:
-            yield from gold_pass.share_gold(slices, options)
-        else:
-            yield from gold_pass.group_gold(slices, options)
+    with collector_paused():
+        for topic, slices in gold_pass.column_runs(rows, "topic"):
+            if topic == SHARE_STATE_TOPIC:
+                yield from gold_pass.share_gold(slices, options)
+            else:
+                yield from gold_pass.group_gold(slices, options)
