@@ -106,6 +106,24 @@ static PyMethodDef methods[] = {
      "consumed_runs($module, messages, header, timestamp_types, /)\n--\n\n"
      "Consumed messages as runs of one partition (records with their headers) or error "
      "messages alone; twin: sharestate.cluster.consumed.consumed_runs_py."},
+    {"lag_walk_new", (PyCFunction)(void (*)(void))native_lag_walk_new, METH_FASTCALL,
+     "lag_walk_new($module, lines, horizon, /)\n--\n\n"
+     "A lag-history walk over the end-offset timelines `lines` (a capsule); twin: "
+     "sharestate.analytics.lag_history.walk_groups."},
+    {"lag_walk_begin", (PyCFunction)(void (*)(void))native_lag_walk_begin, METH_FASTCALL,
+     "lag_walk_begin($module, walk, saved, /)\n--\n\n"
+     "A group's walk starts, from nothing or a saved walk."},
+    {"lag_walk_feed", (PyCFunction)(void (*)(void))native_lag_walk_feed, METH_FASTCALL,
+     "lag_walk_feed($module, walk, topic, partition, state_partition, record_offset, time, "
+     "deleted, start_offset, start_valid, complete, complete_valid, state_end, "
+     "state_end_valid, /)\n--\n\n"
+     "The group's next history rows, as column buffers."},
+    {"lag_walk_end", native_lag_walk_end, METH_O,
+     "lag_walk_end($module, walk, /)\n--\n\n"
+     "The group's walk ends: its state before the horizon (or at its last moment), or None."},
+    {"lag_walk_take", native_lag_walk_take, METH_O,
+     "lag_walk_take($module, walk, /)\n--\n\n"
+     "(rows, column buffers) of the lag rows made since the last take."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -200,5 +200,10 @@ int native_record_set_timestamp(PyObject *obj, long long timestamp);
 PyObject *native_record_field(PyObject *obj, Py_ssize_t i);
 PyObject *native_arrow_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_consumed_runs(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *native_lag_walk_new(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *native_lag_walk_begin(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *native_lag_walk_feed(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *native_lag_walk_end(PyObject *self, PyObject *capsule);
+PyObject *native_lag_walk_take(PyObject *self, PyObject *capsule);
 
 #endif

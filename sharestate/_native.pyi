@@ -128,3 +128,25 @@ def consumed_runs(messages: list[Any], header: BatchHeader, timestamp_types: tup
     """Consumed messages (confluent-kafka's `Message`s) as runs of one partition, each record
     with its own batch header, or error messages alone; twin:
     `sharestate.cluster.consumed.consumed_runs_py`."""
+
+def lag_walk_new(lines: tuple[Buffer, ...], horizon: int | None, /) -> CapsuleType:
+    """A lag-history walk over the end-offset timelines `lines` (flat int64 arrays, in the
+    order of `sharestate.analytics.lag_walk._NativeWalk._lines`); twin:
+    `sharestate.analytics.lag_history.walk_groups` (through `lag_walk.walk_batches_py`)."""
+
+def lag_walk_begin(walk: CapsuleType, saved: tuple[int, list[tuple[Any, ...]]] | None,
+                   /) -> None:
+    """A group's walk starts, from nothing (None) or a walk `lag_walk_end` gave."""
+
+def lag_walk_feed(walk: CapsuleType, topic: Buffer, partition: Buffer, state_partition: Buffer,
+                  record_offset: Buffer, time: Buffer, deleted: Buffer, start_offset: Buffer,
+                  start_valid: Buffer, complete: Buffer, complete_valid: Buffer,
+                  state_end: Buffer, state_end_valid: Buffer, /) -> None:
+    """The group's next history rows: int32 topic codes, uint8 flags, int64 the rest."""
+
+def lag_walk_end(walk: CapsuleType, /) -> tuple[int, list[tuple[Any, ...]]] | None:
+    """The group's walk ends: (time, members) before the horizon (or at its last moment),
+    None when it reached no moment before it."""
+
+def lag_walk_take(walk: CapsuleType, /) -> tuple[int, tuple[bytes, ...]]:
+    """(rows, column buffers) of the lag rows made since the last take."""

@@ -41,3 +41,9 @@ else:
 def enabled() -> bool:
     """Whether calls go to the C extension."""
     return module is not None
+
+
+def sources() -> str:
+    """The digest of the C sources the extension in use was built from ("-": none in use;
+    "unknown": an extension built before it carried one, to be rebuilt)."""
+    return getattr(module, "SOURCES", "unknown") if module is not None else "-"

@@ -15,9 +15,14 @@ import pytest
 from conftest import conformance_dir, under_ci
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_analytics_lag_history import _random_ends, _random_history
 
 from sharestate import native
 from sharestate.analytics.audit import _Seen
+from sharestate.analytics.end_offsets import timelines
+from sharestate.analytics.lag_history import GroupState, HistoryRow
+from sharestate.analytics.lag_state import state_row
+from sharestate.analytics.lag_walk import walk_batches, walk_batches_py
 from sharestate.cluster.consumed import ConsumedRun
 from sharestate.coordinator.combiner import combine, combine_py
 from sharestate.coordinator.shard import NativeContext
@@ -56,6 +61,7 @@ from sharestate.tables.columns import (
     transpose,
     transpose_py,
 )
+from sharestate.tables.spec import table
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -638,3 +644,58 @@ def test_native_flatten_batches_matches_python(states: list[Any], item: int) -> 
     int32 / int64 bounds, wrong types and shapes: the same column or the same exception."""
     assert (_flattened(state_batches_array, states, item)
             == _flattened(flatten_batches_py, states, item))
+
+
+# -- lag_walk: the lag-history walk against `walk_batches_py` -------------------------------
+
+_HISTORY = pa.schema([("group_id", pa.string()), ("topic_id", pa.string()),
+                      ("partition", pa.int32()), ("state_partition", pa.int32()),
+                      ("record_offset", pa.int64()), ("time", pa.int64()),
+                      ("deleted", pa.bool_()), ("start_offset", pa.int64()),
+                      ("complete", pa.int64()), ("state_end", pa.int64()),
+                      ("resume", pa.string())])
+
+
+def _history_batches(rows: list[HistoryRow], saved: dict[str, str],
+                     size: int) -> list[pa.RecordBatch]:
+    """Each group's saved walk (JSON) first, then its rows, in batches of `size` rows (so
+    groups and moments span batches)."""
+    items: list[dict[str, Any]] = []
+    for group in sorted({r.group_id for r in rows} | set(saved)):
+        if group in saved:
+            items.append({"group_id": group, "resume": saved[group]})
+        items += [r._asdict() for r in rows if r.group_id == group]
+    return pa.Table.from_pylist(items, schema=_HISTORY).to_batches(max_chunksize=size)
+
+
+def _walked(items: Iterator[pa.RecordBatch | GroupState]) -> tuple[list[str], list[GroupState]]:
+    rows: list[str] = []
+    states: list[GroupState] = []
+    for item in items:
+        if isinstance(item, GroupState):
+            states.append(item)
+        else:
+            assert item.schema == table("share_group_lag_history").arrow_schema()
+            rows += map(repr, item.to_pylist())
+    return sorted(rows), sorted(states)
+
+
+def test_native_lag_walk_matches_python_from_the_start_and_going_on() -> None:
+    """Random histories (clocks stepping back, tombstones, SPSO -1, rows in one millisecond)
+    against end offsets of every source, in batches of 1 to 1,000 rows: the same rows and
+    saved walks from the start with a horizon, and going on from those saved walks."""
+    for seed in range(200):
+        rng = random.Random(seed)
+        history, lines = _random_history(rng), timelines(_random_ends(rng))
+        horizon, size = rng.randrange(50, 1_000), rng.choice((1, 3, 7, 1_000))
+        names = {"T": "orders"}
+        first = [r for r in history if r.time < rng.randrange(horizon, 1_100)]
+        walked = _walked(walk_batches(_history_batches(first, {}, size), lines, names, horizon))
+        assert walked == _walked(walk_batches_py(_history_batches(first, {}, size), lines,
+                                                 names, horizon)), seed
+        saved = {s.group_id: json.dumps(state_row(s, names, "run", 0, horizon))
+                 for s in walked[1]}
+        later = [r for r in history if r.time >= horizon]
+        assert (_walked(walk_batches(_history_batches(later, saved, size), lines, names, None))
+                == _walked(walk_batches_py(_history_batches(later, saved, size), lines, names,
+                                           None))), seed

@@ -225,16 +225,19 @@ def test_cluster_tables_equal_the_local_run(spark: Any, cluster_runs: dict[str, 
 
 
 def _without_build(tables: dict[str, Any]) -> dict[str, Any]:
-    """`replay_state`'s rows without the fingerprints of the code that made them (the row's
-    `code`, and the core's in its `state`): they name the executors' build (the C
-    extension's sources, or none), native on the cluster, pure here; a run on the other
-    build replays from the log start, as it should."""
-    rows = [json.loads(row) for row in tables["replay_state"]["rows"]]
-    for row in rows:
-        assert re.fullmatch("[0-9a-f]{64}", row.pop("code"))
-        row["state"], found = re.subn("[0-9a-f]{64}(?![0-9a-f])", "<build>", row["state"])
-        assert found == 1
-    tables["replay_state"]["rows"] = sorted(json.dumps(row, sort_keys=True) for row in rows)
+    """`replay_state`'s and `lag_state`'s rows without the fingerprints of the code that
+    made them (the rows' `code`, and the core's in a `replay_state` row's `state`): they name
+    the executors' build (the C extension's sources, or none), native on the cluster, pure
+    here; a run on the other build replays and walks from the start, as it should."""
+    for name in ("replay_state", "lag_state"):
+        rows = [json.loads(row) for row in tables[name]["rows"]]
+        for row in rows:
+            assert re.fullmatch("[0-9a-f]{64}", row.pop("code"))
+            if name == "replay_state":
+                row["state"], found = re.subn("[0-9a-f]{64}(?![0-9a-f])", "<build>",
+                                              row["state"])
+                assert found == 1
+        tables[name]["rows"] = sorted(json.dumps(row, sort_keys=True) for row in rows)
     return tables
 
 

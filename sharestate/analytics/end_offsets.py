@@ -188,10 +188,10 @@ class Timeline:
         self.exact = _Points.of(exact)
         self.stamped = _Points.of(stamped)
         self.files = _Points.of(files)
-        # the highest file value at or before each file row's time
-        self._file_max: list[int] = []
+        self.file_maxima: list[int] = []
+        """The highest file value at or before each file row's time."""
         for end in self.files.ends:
-            self._file_max.append(max(end, self._file_max[-1]) if self._file_max else end)
+            self.file_maxima.append(max(end, self.file_maxima[-1]) if self.file_maxima else end)
 
     @property
     def sample_times(self) -> list[int]:
@@ -216,9 +216,9 @@ class Timeline:
             best = Estimate(self.exact.ends[i], self.exact.times[i], self.exact.sources[i],
                             False, True)
         j = bisect_right(self.files.times, t) - 1
-        if j >= 0 and (best.end_offset is None or self._file_max[j] > best.end_offset):
-            k = self.files.ends.index(self._file_max[j])
-            best = Estimate(self._file_max[j], self.files.times[k], FILE, False, True)
+        if j >= 0 and (best.end_offset is None or self.file_maxima[j] > best.end_offset):
+            k = self.files.ends.index(self.file_maxima[j])
+            best = Estimate(self.file_maxima[j], self.files.times[k], FILE, False, True)
         return best
 
 

@@ -23,19 +23,21 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from sharestate import native
 from sharestate.analytics.end_offsets import Estimate
 from sharestate.analytics.lag_history import GroupState, MemberState, StateLag
 
 FORMAT = 1
 """The format of a `lag_state` row."""
-CODE = ("end_offsets.py", "lag_history.py", "lag_state.py")
+CODE = ("end_offsets.py", "lag_history.py", "lag_state.py", "lag_walk.py")
 """The modules (of `sharestate.analytics`) whose code makes the lag history's rows."""
 
 
 @cache
 def code_fingerprint() -> str:
-    """SHA-256 over the modules of `CODE` and the two tables' schemas."""
-    digest = hashlib.sha256()
+    """SHA-256 over the modules of `CODE`, the two tables' schemas and the C sources the
+    walk runs (`sharestate.native.sources`)."""
+    digest = hashlib.sha256(native.sources().encode())
     for name in CODE:
         digest.update(name.encode() + b"\0" + (Path(__file__).parent / name).read_bytes())
     tables = resources.files("sharestate.schemas").joinpath("tables")

@@ -132,9 +132,7 @@ def fingerprint() -> str:
     root = resources.files("sharestate.schemas")
     for name in SCHEMAS:
         digest_tree(digest, root.joinpath(name), name)
-    # an extension built before it carried its sources' digest: "unknown" (rebuild it)
-    sources = getattr(native.module, "SOURCES", "unknown") if native.enabled() else "-"
-    digest.update(b"csrc\0" + sources.encode())
+    digest.update(b"csrc\0" + native.sources().encode())
     return digest.hexdigest()
 
 

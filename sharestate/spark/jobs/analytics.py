@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from sharestate.analytics.audit import (
@@ -29,22 +30,15 @@ from sharestate.analytics.audit import (
 from sharestate.analytics.end_offset_sources import file_rows, observe
 from sharestate.analytics.end_offsets import Timeline, Where, merge_rows, sample_times, timelines
 from sharestate.analytics.lag import FILE, lag_rows
-from sharestate.analytics.lag_history import (
-    HISTORY_INPUT,
-    INPUT_ORDER,
-    GroupState,
-    HistoryRow,
-    LagRow,
-    walk_groups,
-)
+from sharestate.analytics.lag_history import HISTORY_INPUT, INPUT_ORDER, GroupState
 from sharestate.analytics.lag_state import (
     Resume,
     ends_allow,
-    group_state,
     history_allows,
     resume_point,
     state_row,
 )
+from sharestate.analytics.lag_walk import walk_batches
 from sharestate.analytics.redelivery import redelivery_rows
 from sharestate.coordinator.share_state import ShareKey
 from sharestate.lake import ActiveFile, Lake, Target, open_lake
@@ -52,7 +46,6 @@ from sharestate.spark.jobs.warehouse import RunReport, Warehouse, rows_table, ta
 from sharestate.tables.gold import states_from_rows
 from sharestate.tables.gold_pass import rows_of
 from sharestate.tables.metadata import metadata_from_rows
-from sharestate.tables.spec import table
 
 RULES = rules_of("analytics")
 """The `audit_findings` rules this job owns (it replaces their partitions)."""
@@ -147,44 +140,24 @@ def _lag_history_task(batches: Iterator[pa.RecordBatch], walk: _Walk
     """History rows of whole groups in `INPUT_ORDER` (a group's `lag_state` row, as JSON in
     `resume`, first) -> `share_group_lag_history` rows (those from the horizon on apart) and
     each group's `lag_state` row."""
-    schema = table("share_group_lag_history").arrow_schema()
-
-    def items() -> Iterator[HistoryRow | GroupState]:
-        for batch in batches:
-            resume = (batch.column("resume").to_pylist() if "resume" in batch.schema.names
-                      else [None] * batch.num_rows)  # JSON: a null struct costs 2x the walk
-            columns = zip(*(batch.column(name).to_pylist() for name in HistoryRow._fields),
-                          strict=True)
-            for saved, row in zip(resume, columns, strict=True):
-                yield (group_state(json.loads(saved)) if saved is not None
-                       else HistoryRow._make(row))
-
-    chunks: dict[str, list[LagRow]] = {"share_group_lag_history": [], PROVISIONAL: []}
     states: list[dict[str, Any]] = []
-    for item in walk_groups(items(), walk.lines, walk.names, walk.horizon):
+    for item in walk_batches(batches, walk.lines, walk.names, walk.horizon):
         if isinstance(item, GroupState):
             states.append(state_row(item, walk.names, walk.run_id, walk.history_version,
                                     walk.horizon))
             if len(states) >= BATCH_ROWS:
                 yield rows_of("lag_state", states)
                 states = []
-            continue
-        name = PROVISIONAL if walk.horizon is not None and item.time >= walk.horizon \
-            else "share_group_lag_history"
-        chunks[name].append(item)
-        if len(chunks[name]) >= BATCH_ROWS:
-            yield name, _columns(chunks[name], schema)
-            chunks[name] = []
-    for name, chunk in chunks.items():
-        if chunk:
-            yield name, _columns(chunk, schema)
+        elif walk.horizon is None:
+            yield "share_group_lag_history", item
+        else:
+            late = pc.greater_equal(item.column("time"), walk.horizon)
+            for name, rows in ((PROVISIONAL, item.filter(late)),
+                               ("share_group_lag_history", item.filter(pc.invert(late)))):
+                if rows.num_rows:
+                    yield name, rows
     if states:
         yield rows_of("lag_state", states)
-
-
-def _columns(rows: list[LagRow], schema: pa.Schema) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([pa.array(column, field.type) for column, field in zip(
-        zip(*rows, strict=True), schema, strict=True)], schema=schema)
 
 
 def _horizon(files: list[ActiveFile] | None) -> int | None:
