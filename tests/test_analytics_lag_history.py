@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from sharestate.analytics.end_offsets import (
@@ -26,11 +27,13 @@ from sharestate.analytics.end_offsets import (
 )
 from sharestate.analytics.lag_history import (
     GROUP,
+    HISTORY_COLUMNS,
     SHARE_PARTITION,
     GroupState,
     HistoryRow,
     LagRow,
     lag_history_rows,
+    lag_inputs,
     walk_groups,
 )
 from sharestate.analytics.lag_state import ends_allow, group_state, state_row
@@ -341,3 +344,29 @@ def test_end_offsets_that_change_where_a_kept_row_looked_stop_the_walk_going_on(
     assert not ends_allow([_row(100, 10)], [_row(100, 10), _row(400, 10)], 200, {})
     # (an equal end offset at 400 makes 100..400 exact: rows at 101..200 change)
     assert not ends_allow(old, [_row(100, 11), _row(300, 30)], 200, {})
+
+
+def test_lag_inputs_count_the_state_where_its_batches_are() -> None:
+    """`complete`: Kafka's count when known, else the acknowledged (2) and archived (4)
+    records at or above the SPSO (a batch straddling it clipped); `state_end`: the offset
+    after the last batch at or above the SPSO, at least the SPSO. Batches below the SPSO or
+    with last < first count for neither; rows with no time are left out."""
+    batches = [(5, 8, 2, 1), (8, 12, 2, 1), (13, 15, 4, 2), (16, 17, 1, 1), (30, 29, 2, 1)]
+    rows = [  # (time, SPSO, Kafka's count, batches) -> (complete, state_end)
+        (1, 10, -1, batches), (2, 10, 7, batches), (3, None, -1, [(1, 2, 2, 1)]),
+        (4, 5, None, None), (None, 10, -1, batches), (5, -1, -1, [(0, 3, 2, 1)]),
+        (6, 40, -1, batches)]
+    history = pa.Table.from_pylist([
+        {"group_id": "g", "topic_id": "T", "partition": 0, "state_partition": 0,
+         "record_offset": i, "timestamp": t, "deleted": b is None, "start_offset": spso,
+         "delivery_complete_count": dcc,
+         "state_batches": None if b is None else [dict(zip(
+             ("first_offset", "last_offset", "delivery_state", "delivery_count"), x,
+             strict=True)) for x in b]}
+        for i, (t, spso, dcc, b) in enumerate(rows)],
+        schema=table("share_partition_state_history").arrow_schema()).select(
+        list(HISTORY_COLUMNS)).to_batches()[0]
+    found = lag_inputs(history).to_pylist()
+    assert [(r["time"], r["complete"], r["state_end"]) for r in found] == [
+        (1, 3 + 3, 18), (2, 7, 18), (3, 0, None), (4, None, 5), (5, 4, 4), (6, 0, 40)]
+    assert [r["record_offset"] for r in found] == [0, 1, 2, 3, 5, 6]

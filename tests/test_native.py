@@ -656,6 +656,9 @@ _HISTORY = pa.schema([("group_id", pa.string()), ("topic_id", pa.string()),
                       ("resume", pa.string())])
 
 
+_LAG = table("share_group_lag_history").arrow_schema()
+
+
 def _history_batches(rows: list[HistoryRow], saved: dict[str, str],
                      size: int) -> list[pa.RecordBatch]:
     """Each group's saved walk (JSON) first, then its rows, in batches of `size` rows (so
@@ -675,7 +678,7 @@ def _walked(items: Iterator[pa.RecordBatch | GroupState]) -> tuple[list[str], li
         if isinstance(item, GroupState):
             states.append(item)
         else:
-            assert item.schema == table("share_group_lag_history").arrow_schema()
+            assert item.schema == _LAG
             rows += map(repr, item.to_pylist())
     return sorted(rows), sorted(states)
 
@@ -690,12 +693,14 @@ def test_native_lag_walk_matches_python_from_the_start_and_going_on() -> None:
         horizon, size = rng.randrange(50, 1_000), rng.choice((1, 3, 7, 1_000))
         names = {"T": "orders"}
         first = [r for r in history if r.time < rng.randrange(horizon, 1_100)]
-        walked = _walked(walk_batches(_history_batches(first, {}, size), lines, names, horizon))
+        walked = _walked(walk_batches(_history_batches(first, {}, size), lines, names, horizon,
+                                      _LAG))
         assert walked == _walked(walk_batches_py(_history_batches(first, {}, size), lines,
-                                                 names, horizon)), seed
+                                                 names, horizon, _LAG)), seed
         saved = {s.group_id: json.dumps(state_row(s, names, "run", 0, horizon))
                  for s in walked[1]}
         later = [r for r in history if r.time >= horizon]
-        assert (_walked(walk_batches(_history_batches(later, saved, size), lines, names, None))
+        assert (_walked(walk_batches(_history_batches(later, saved, size), lines, names, None,
+                                     _LAG))
                 == _walked(walk_batches_py(_history_batches(later, saved, size), lines, names,
-                                           None))), seed
+                                           None, _LAG))), seed

@@ -26,39 +26,116 @@ import heapq
 import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from sharestate.analytics.end_offsets import STATE, UNKNOWN, Estimate, Timeline, Where
+from sharestate.analytics.lag import ACKNOWLEDGED, ARCHIVED
 
 SHARE_PARTITION: Final = "share_partition"
 GROUP: Final = "group"
 
-HISTORY_INPUT: Final = """
-    SELECT group_id, topic_id, partition, state_partition, record_offset, timestamp AS time,
-           deleted, start_offset,
-           CASE WHEN delivery_complete_count >= 0 THEN delivery_complete_count ELSE
-             aggregate(filter(state_batches, b -> b.last_offset >= start_offset
-                                                  AND b.last_offset >= b.first_offset
-                                                  AND b.delivery_state IN (2, 4)),
-                       0L, (acc, b) -> acc + b.last_offset
-                                       - greatest(b.first_offset, start_offset) + 1)
-           END AS complete,
-           greatest(coalesce(array_max(transform(
-                      filter(state_batches, b -> b.last_offset >= start_offset
-                                                 AND b.last_offset >= b.first_offset),
-                      b -> b.last_offset)) + 1, start_offset), start_offset) AS state_end
-    FROM {source} WHERE timestamp IS NOT NULL"""
-"""The history rows the lag needs (`{source}`: a view of `share_partition_state_history`'s
-rows), with the state's part of Kafka's formula computed where
-the batches are (the SQL twin of `share_lag`'s counting; a test holds them equal):
-`complete` is Kafka's deliveryCompleteCount, or the acknowledged and archived records at or
-above the SPSO when it is unknown; `state_end` the state's own lower bound of the end
-offset. Ordered per group by time (`INPUT_ORDER`)."""
+HISTORY_COLUMNS: Final = ("group_id", "topic_id", "partition", "state_partition",
+                          "record_offset", "timestamp", "deleted", "start_offset",
+                          "delivery_complete_count", "state_batches")
+"""The `share_partition_state_history` columns `lag_inputs` reads."""
+INPUT_SCHEMA: Final = pa.schema([
+    ("group_id", pa.string()), ("topic_id", pa.string()), ("partition", pa.int32()),
+    ("state_partition", pa.int32()), ("record_offset", pa.int64()), ("time", pa.int64()),
+    ("deleted", pa.bool_()), ("start_offset", pa.int64()), ("complete", pa.int64()),
+    ("state_end", pa.int64())])
+"""`lag_inputs`' rows: `HistoryRow`'s columns."""
+
+
+def lag_inputs(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """History rows (`HISTORY_COLUMNS`) with a time -> the walk's input (`INPUT_SCHEMA`),
+    the state's part of Kafka's formula computed over the batches, column-wise: `complete`
+    is Kafka's deliveryCompleteCount, or the acknowledged and archived records at or above
+    the SPSO when it is unknown (null without batches); `state_end` the state's own lower
+    bound of the end offset: the offset after its last batch at or above the SPSO, at least
+    the SPSO (null without an SPSO). A batch counts when its last offset is at or above the
+    SPSO and its first (the `in_flight` rule); a null field leaves it out."""
+    batch = batch.filter(pc.is_valid(batch.column("timestamp")))
+    n = batch.num_rows
+    lists = batch.column("state_batches")
+    spso, spso_ok = _int64(batch.column("start_offset"))
+    flat = pc.list_flatten(lists)
+    rows = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
+    (first, first_ok), (last, last_ok), (state, state_ok) = (
+        _int64(pc.struct_field(flat, name))
+        for name in ("first_offset", "last_offset", "delivery_state"))
+    low = spso[rows]
+    held = first_ok & last_ok & spso_ok[rows] & (last >= low) & (last >= first)
+    top = np.full(n, np.iinfo(np.int64).min)
+    np.maximum.at(top, rows[held], last[held] + 1)
+    state_end = np.maximum(top, spso)
+    done = held & state_ok & ((state == ACKNOWLEDGED) | (state == ARCHIVED))
+    counted = np.zeros(n, np.int64)
+    np.add.at(counted, rows[done], last[done] - np.maximum(first[done], low[done]) + 1)
+    dcc, dcc_ok = _int64(batch.column("delivery_complete_count"))
+    known = dcc_ok & (dcc >= 0)
+    complete = np.where(known, dcc, counted)
+    lists_ok = lists.is_valid().to_numpy(zero_copy_only=False)
+    return pa.RecordBatch.from_arrays([
+        *(batch.column(name) for name in ("group_id", "topic_id", "partition",
+                                          "state_partition", "record_offset", "timestamp",
+                                          "deleted", "start_offset")),
+        pa.array(complete, mask=~(known | lists_ok)), pa.array(state_end, mask=~spso_ok),
+    ], schema=INPUT_SCHEMA)
+
+
+def lag_input_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """`lag_inputs` of each batch (a task over history rows)."""
+    return (lag_inputs(batch) for batch in batches)
+
+
+HISTORY_FILES: Final = pa.schema([("uris", pa.list_(pa.string())),
+                                  ("state_partitions", pa.list_(pa.int32()))])
+"""A `read_history_files` task: history data files and the state partition of each (a
+partition column: its value is in the file's folder, not in the file)."""
+READ_ROWS: Final = 65_536
+
+
+def read_history_files(tasks: Iterator[pa.RecordBatch], wanted: pa.Schema,
+                       since: int | None = None) -> Iterator[pa.RecordBatch]:
+    """`lag_inputs` of the rows stamped after `since` (None: every row) of the history data
+    files each row of `tasks` names (`HISTORY_FILES`), read here, a batch at a time; a
+    column a file lacks (written before the column was) is null, of its type in the table's
+    schema `wanted`."""
+    for task in tasks:
+        for uris, partitions in zip(task.column("uris").to_pylist(),
+                                    task.column("state_partitions").to_pylist(), strict=True):
+            for uri, partition in zip(uris, partitions, strict=True):
+                source = pq.ParquetFile(uri)
+                present = [c for c in HISTORY_COLUMNS if c in source.schema_arrow.names]
+                for rows in source.iter_batches(batch_size=READ_ROWS, columns=present):
+                    n = rows.num_rows
+                    columns = {name: rows.column(name) for name in present}
+                    columns["state_partition"] = pa.repeat(pa.scalar(partition, pa.int32()), n)
+                    batch = pa.RecordBatch.from_arrays(
+                        [columns.get(name, pa.nulls(n, wanted.field(name).type))
+                         for name in HISTORY_COLUMNS], names=list(HISTORY_COLUMNS))
+                    if since is not None:
+                        batch = batch.filter(pc.greater(batch.column("timestamp"), since))
+                    yield lag_inputs(batch)
+
+
+def _int64(column: pa.Array) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(values as int64, 0 where null; validity)."""
+    values = pc.fill_null(column, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    return values, column.is_valid().to_numpy(zero_copy_only=False)
+
+
 INPUT_ORDER: Final = ("group_id", "time", "state_partition", "record_offset")
+"""The walk's order of a group's rows."""
 
 
 class HistoryRow(NamedTuple):
-    """One row of `HISTORY_INPUT`, in its column order."""
+    """One row of `INPUT_SCHEMA` (`lag_inputs`), in its column order."""
 
     group_id: str
     topic_id: str

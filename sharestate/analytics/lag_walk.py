@@ -1,4 +1,4 @@
-"""The lag-history walk over Arrow batches: `HISTORY_INPUT` rows, each group's rows together
+"""The lag-history walk over Arrow batches: `lag_inputs` rows, each group's rows together
 and in `INPUT_ORDER` (a group's saved walk first, as a `lag_state` row's JSON in a `resume`
 column) -> `share_group_lag_history` rows as record batches, and each group's `GroupState`
 (`lag_history.walk_groups`).
@@ -41,7 +41,6 @@ from sharestate.analytics.lag_history import (
     walk_groups,
 )
 from sharestate.analytics.lag_state import group_state
-from sharestate.tables.spec import table
 
 SOURCE_CODES: Final = (STATE, FILE, KAFKA, SEGMENTS, SERVE)
 """End-offset sources by their code in C: 0 the state's own bound, 1 a file's row."""
@@ -52,17 +51,18 @@ Walked: TypeAlias = pa.RecordBatch | GroupState
 
 
 def walk_batches(batches: Iterable[pa.RecordBatch], lines: Mapping[Where, Timeline],
-                 names: Mapping[str, str], horizon: int | None) -> Iterator[Walked]:
-    """`share_group_lag_history` rows (record batches of the table's schema) and, after
-    each group's rows, its `GroupState` before `horizon` (see `walk_groups`)."""
+                 names: Mapping[str, str], horizon: int | None,
+                 schema: pa.Schema) -> Iterator[Walked]:
+    """`share_group_lag_history` rows (record batches of its `schema`) and, after each
+    group's rows, its `GroupState` before `horizon` (see `walk_groups`)."""
     if native.enabled():
-        return _NativeWalk(lines, names, horizon).walk(batches)
-    return walk_batches_py(batches, lines, names, horizon)
+        return _NativeWalk(lines, names, horizon, schema).walk(batches)
+    return walk_batches_py(batches, lines, names, horizon, schema)
 
 
 def walk_batches_py(batches: Iterable[pa.RecordBatch], lines: Mapping[Where, Timeline],
-               names: Mapping[str, str], horizon: int | None) -> Iterator[Walked]:
-    schema = table("share_group_lag_history").arrow_schema()
+                    names: Mapping[str, str], horizon: int | None,
+                    schema: pa.Schema) -> Iterator[Walked]:
 
     def items() -> Iterator[HistoryRow | GroupState]:
         for batch in batches:
@@ -108,11 +108,11 @@ class _NativeWalk:
     """The walk in C: topic ids as codes, timelines as flat arrays (csrc/lagwalk.c)."""
 
     def __init__(self, lines: Mapping[Where, Timeline], names: Mapping[str, str],
-                 horizon: int | None) -> None:
+                 horizon: int | None, schema: pa.Schema) -> None:
         self.names = names
         self.codes: dict[str, int] = {}
         self.topics: list[str] = []
-        self.schema = table("share_group_lag_history").arrow_schema()
+        self.schema = schema
         self.capsule = native.module.lag_walk_new(
             tuple(a.data for a in self._lines(lines)), horizon)
         self.groups: list[str] = []  # by ordinal, from the one of groups[0] (`first`)

@@ -10,6 +10,7 @@ walks the last run saved in `lag_state` (`sharestate.analytics.lag_state`)."""
 
 from __future__ import annotations
 
+import heapq
 import json
 import time
 from collections.abc import Iterator, Mapping
@@ -19,7 +20,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from sharestate.analytics.audit import (
     DECODE_ERROR_DETAIL,
@@ -30,7 +32,15 @@ from sharestate.analytics.audit import (
 from sharestate.analytics.end_offset_sources import file_rows, observe
 from sharestate.analytics.end_offsets import Timeline, Where, merge_rows, sample_times, timelines
 from sharestate.analytics.lag import FILE, lag_rows
-from sharestate.analytics.lag_history import HISTORY_INPUT, INPUT_ORDER, GroupState
+from sharestate.analytics.lag_history import (
+    HISTORY_COLUMNS,
+    HISTORY_FILES,
+    INPUT_ORDER,
+    INPUT_SCHEMA,
+    GroupState,
+    lag_input_batches,
+    read_history_files,
+)
 from sharestate.analytics.lag_state import (
     Resume,
     ends_allow,
@@ -41,11 +51,18 @@ from sharestate.analytics.lag_state import (
 from sharestate.analytics.lag_walk import walk_batches
 from sharestate.analytics.redelivery import redelivery_rows
 from sharestate.coordinator.share_state import ShareKey
-from sharestate.lake import ActiveFile, Lake, Target, open_lake
-from sharestate.spark.jobs.warehouse import RunReport, Warehouse, rows_table, table_rows
+from sharestate.lake import ActiveFile, Lake, TablePath, Target, open_lake
+from sharestate.spark.jobs.warehouse import (
+    RunReport,
+    Warehouse,
+    one_task_each,
+    rows_table,
+    table_rows,
+)
 from sharestate.tables.gold import states_from_rows
 from sharestate.tables.gold_pass import rows_of
 from sharestate.tables.metadata import metadata_from_rows
+from sharestate.tables.spec import table
 
 RULES = rules_of("analytics")
 """The `audit_findings` rules this job owns (it replaces their partitions)."""
@@ -141,7 +158,8 @@ def _lag_history_task(batches: Iterator[pa.RecordBatch], walk: _Walk
     `resume`, first) -> `share_group_lag_history` rows (those from the horizon on apart) and
     each group's `lag_state` row."""
     states: list[dict[str, Any]] = []
-    for item in walk_batches(batches, walk.lines, walk.names, walk.horizon):
+    schema = table("share_group_lag_history").arrow_schema()
+    for item in walk_batches(batches, walk.lines, walk.names, walk.horizon, schema):
         if isinstance(item, GroupState):
             states.append(state_row(item, walk.names, walk.run_id, walk.history_version,
                                     walk.horizon))
@@ -175,7 +193,7 @@ def _horizon(files: list[ActiveFile] | None) -> int | None:
 def _resume(lake: Lake, warehouse: Warehouse, ends: tuple[list[dict[str, Any]],
                                                           list[dict[str, Any]]],
             names: dict[str, str], now: list[ActiveFile] | None
-            ) -> tuple[Resume, list[str]] | None:
+            ) -> tuple[Resume, list[ActiveFile]] | None:
     """The walks this run goes on from (`lag_state`) and the history files holding rows
     after the last moment they kept, or None: every group is walked from the start."""
     resume = resume_point(lake.read_arrow(warehouse.path("lag_state")).to_pylist(), names)
@@ -196,9 +214,35 @@ def _resume(lake: Lake, warehouse: Warehouse, ends: tuple[list[dict[str, Any]],
     if any(f.records and f.min_values.get("time", resume.since) <= resume.since
            < f.max_values.get("time", resume.since) for f in lag):
         return None  # a file holds rows on both sides: not one a walk wrote
-    recent = [f.uri for f in now
+    recent = [f for f in now
               if f.records and (f.max_values.get("timestamp") or resume.since) > resume.since]
     return (resume, recent) if recent else None
+
+
+def _walk_input(spark: SparkSession, lake: Lake, history: TablePath,
+                files: list[ActiveFile] | None, since: int | None) -> DataFrame:
+    """The walk's input (`lag_history.INPUT_SCHEMA`) from the history rows stamped after
+    `since` (None: every row): tasks read the data files `files` themselves, their rows
+    spread over the cores by count, where the backend lists them; else Spark reads the
+    table (every file)."""
+    schema = from_arrow_schema(INPUT_SCHEMA)
+    if files is None:
+        rows = lake.read(history).select(*HISTORY_COLUMNS)
+        if since is not None:
+            rows = rows.where(rows["timestamp"] > since)
+        return rows.mapInArrow(lag_input_batches, schema)
+    bins: list[tuple[int, int, list[str], list[int]]] = [  # records, index, files
+        (0, i, [], []) for i in range(max(1, spark.sparkContext.defaultParallelism * 2))]
+    for f in sorted(files, key=lambda f: -f.records):
+        records, i, uris, partitions = heapq.heappop(bins)
+        uris.append(f.uri)
+        partitions.append(int(f.partition_values["state_partition"]))
+        heapq.heappush(bins, (records + f.records, i, uris, partitions))
+    tasks = [(uris, partitions) for _, _, uris, partitions in sorted(bins, reverse=True)
+             if uris] or [([], [])]
+    return one_task_each(spark, tasks, HISTORY_FILES).mapInArrow(
+        partial(read_history_files, wanted=table(HISTORY_VIEW).arrow_schema(), since=since),
+        schema)
 
 
 def _lag_history(spark: SparkSession, lake: Lake, warehouse: Warehouse,
@@ -216,21 +260,17 @@ def _lag_history(spark: SparkSession, lake: Lake, warehouse: Warehouse,
     found = _resume(lake, warehouse, ends, names, files)
     lag_path = warehouse.path("share_group_lag_history")
     if found is None:
-        rows = spark.sql(HISTORY_INPUT.format(source=HISTORY_VIEW))
+        rows = _walk_input(spark, lake, history, files, None)
         kept = Target(lag_path, [{}])
     else:
         resume, recent = found
-        lake.read_files(history, recent).where(F.col("timestamp") > resume.since) \
-            .createOrReplaceTempView("history_recent")
-        rows = spark.sql(HISTORY_INPUT.format(source="history_recent"))
         saved = spark.createDataFrame(
             [(row["group_id"], json.dumps(row)) for row in resume.states],
             "group_id string, resume string")
-        rows = rows.withColumn("resume", F.lit(None).cast("string")).unionByName(
-            saved, allowMissingColumns=True)
+        rows = _walk_input(spark, lake, history, recent, resume.since).withColumn(
+            "resume", F.lit(None).cast("string")).unionByName(saved, allowMissingColumns=True)
         kept = Target(lag_path, [], drop=[{"time": (">", resume.since)}], appends=True)
-    rows = rows.repartition(rows.rdd.getNumPartitions() or 1, "group_id") \
-        .sortWithinPartitions(*INPUT_ORDER)
+    rows = rows.repartition("group_id").sortWithinPartitions(*INPUT_ORDER)
     horizon = _horizon(files)
     ids = {name: topic_id for topic_id, name in names.items()}
     walk = _Walk(timelines(ends[1], ids), names, run_id, version, horizon)
