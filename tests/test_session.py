@@ -16,6 +16,7 @@ from sharestate.spark.session import (
     DELTA_CATALOG,
     DELTA_EXTENSION,
     JIT_SETTING,
+    LEAN_HEAP,
     QUICK_JIT,
     REPO_ROOT,
     SESSION_ZONE,
@@ -104,25 +105,33 @@ def test_driver_jit_is_quick_only_where_the_caller_asks_on_a_local_master(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SPARK_HOME", raising=False)
     local = {"spark.master": "local[2]", "spark.sharestate.classArchive": "off"}
-    assert driver_jit(local, quick_jit=True) == "quick"
-    assert driver_jit(local, quick_jit=False) == "full"  # reports: long queries in the JVM
-    assert driver_jit({**local, "spark.master": "spark://h:7077"}, quick_jit=True) == "full"
+    assert driver_jit(local, lean_driver=True) == "quick"
+    assert driver_jit(local, lean_driver=False) == "full"  # reports: long queries in the JVM
+    assert driver_jit({**local, "spark.master": "spark://h:7077"}, lean_driver=True) == "full"
     # either backend: the executors write the files, the JVM plans and commits
     assert driver_jit({**local, "spark.sharestate.lake.backend": "jvm"}, True) == "quick"
     assert driver_jit({**local, "spark.jars.packages": "io.delta:delta-spark_2.13:4.0.0"},
-                      quick_jit=True) == "quick"
-    assert driver_jit({**local, JIT_SETTING: "full"}, quick_jit=True) == "full"
-    assert driver_jit({**local, JIT_SETTING: "quick"}, quick_jit=False) == "quick"
+                      lean_driver=True) == "quick"
+    assert driver_jit({**local, JIT_SETTING: "full"}, lean_driver=True) == "full"
+    assert driver_jit({**local, JIT_SETTING: "quick"}, lean_driver=False) == "quick"
     with pytest.raises(SettingError, match="quick or full"):
         resolve_conf({JIT_SETTING: "fast"})
 
-    assert driver_java_options(local, quick_jit=True) == QUICK_JIT
-    assert driver_java_options(local, quick_jit=False) is None
-    assert driver_java_options({**local, JAVA_OPTIONS: "-Xss4m"}, True) == f"-Xss4m {QUICK_JIT}"
+    lean = " ".join((QUICK_JIT, *LEAN_HEAP))
+    assert driver_java_options(local, lean_driver=True) == lean
+    assert driver_java_options(local, lean_driver=False) is None
+    assert driver_java_options({**local, "spark.master": "spark://h:7077"}, True) is None
+    assert driver_java_options({**local, JAVA_OPTIONS: "-Xss4m"}, True) == f"-Xss4m {lean}"
     for own in ("-XX:TieredStopAtLevel=4", "-XX:-TieredCompilation"):  # the user's choice wins
-        assert driver_java_options({**local, JAVA_OPTIONS: own}, quick_jit=True) is None
+        assert driver_java_options({**local, JAVA_OPTIONS: own}, lean_driver=True) == \
+            f"{own} {' '.join(LEAN_HEAP)}"
+    collector, initial = LEAN_HEAP  # a collector or initial heap of the user's wins
+    for own, added in (("-XX:+UseG1GC", initial), ("-XX:+UseParallelGC -Xms1g", ""),
+                       ("-XX:InitialHeapSize=256m", collector)):
+        assert driver_java_options({**local, JAVA_OPTIONS: own}, True) == \
+            f"{own} {QUICK_JIT} {added}".strip()
     zoned = {**local, SESSION_ZONE: "Asia/Kolkata"}  # Delta's TIMESTAMP AS OF reads the JVM's
-    assert driver_java_options(zoned, quick_jit=False) == "-Duser.timezone=Asia/Kolkata"
+    assert driver_java_options(zoned, lean_driver=False) == "-Duser.timezone=Asia/Kolkata"
     assert driver_java_options({**zoned, JAVA_OPTIONS: "-Duser.timezone=UTC"}, False) is None
 
 
@@ -160,10 +169,11 @@ print(" ".join(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().get
 
 
 @pytest.mark.slow
-def test_the_pipeline_runs_its_jvm_with_the_quick_jit(tmp_path: Path) -> None:
+def test_the_pipeline_runs_a_lean_driver(tmp_path: Path) -> None:
+    """The pipeline's JVM: the quick JIT, the serial collector from a small heap."""
     done = subprocess.run([sys.executable, "-c", JIT_PROBE, str(tmp_path)], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=300, check=True)
-    assert QUICK_JIT in done.stdout.split()
+    assert {QUICK_JIT, *LEAN_HEAP} <= set(done.stdout.split())
 
 
 BUILT_PROBE = """

@@ -540,7 +540,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
         try:
             # the queries of a session are short: C2's compilations cost more CPU than
             # they save (the cookbook on the demo warehouse: 19.9 CPU-s full, 10.3 quick)
-            spark = build_session("sharestate-sql", ui=False, conf=conf, quick_jit=True)
+            spark = build_session("sharestate-sql", ui=False, conf=conf, lean_driver=True)
         except SettingError as exc:
             raise UsageError(str(exc)) from None
         # a failed task logs its Java stack; the error line says enough

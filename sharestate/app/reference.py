@@ -77,6 +77,7 @@ def _spark() -> Iterator[str]:
         DEFAULT_CONF_FILE,
         DEFAULTS,
         JIT_SETTING,
+        LEAN_HEAP,
         LOCAL_DEFAULTS,
         QUICK_JIT,
     )
@@ -94,7 +95,14 @@ def _spark() -> Iterator[str]:
            f"workers do the work) and for `sharestate sql` (its queries run in the JVM, but "
            f"are short: the optimising compiler's work costs more than it saves, about twice "
            f"the CPU over the cookbook on the demo warehouse; `--conf {JIT_SETTING}=full` "
-           f"for long queries over a large warehouse), full otherwise. `{VERBOSE_CONF} true` "
+           f"for long queries over a large warehouse), full otherwise. The same JVM of the "
+           f"pipeline jobs and `sharestate sql` on a `local[...]` master runs the serial "
+           f"collector from an initial heap of 64 MiB (`{' '.join(LEAN_HEAP)}`), so its heap "
+           f"follows what it holds rather than the machine's memory and the allocation rate "
+           f"(`sharestate run` on a few megabytes: about 350 MB where G1 from the JVM's "
+           f"default start took 450-560); a collector (`-XX:+Use…GC`) or initial heap "
+           f"(`-Xms`, `-XX:InitialHeapSize`) in `spark.driver.extraJavaOptions` replaces ours, "
+           f"and `spark.driver.memory` stays the heap's maximum. `{VERBOSE_CONF} true` "
            f"(`--verbose`) leaves that JVM's "
            f"console to Spark: its banner, log lines and progress bars; by default it logs "
            f"warnings without Spark's start-up notices, draws no progress bars and serves no "

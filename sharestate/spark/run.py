@@ -283,7 +283,7 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
             # the session first: a backend that cannot run is refused before the lease
             # creates anything in the warehouse
             spark = (spark_factory or build_session)("sharestate", master=args.master,
-                                                     conf=conf, quick_jit=True)
+                                                     conf=conf, lean_driver=True)
             held.enter_context(warehouse_lease(
                 warehouse.root, run=run_id, wait=args.lease_wait,
                 what=f"job{'s' if len(jobs) > 1 else ''} {', '.join(jobs)}"))

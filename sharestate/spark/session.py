@@ -18,13 +18,15 @@
    as tests want).
 
 A JVM it starts itself maps the class archive of `sharestate.spark.class_archive` when one exists
-(a faster start; `spark.sharestate.classArchive off` leaves it out), and compiles with the
-quick JIT only (`-XX:TieredStopAtLevel=1`) where the caller asks for it (`quick_jit=True`)
-on a local master: the pipeline jobs, whose Python workers do the work with either backend
-(both have the executors write the data files; the JVM plans, reads and commits), where
-full optimisation costs seconds of CPU that the workers need; and `sharestate sql`, whose
-queries are short, so that C2's compilations cost more CPU than they ever save.
-`spark.sharestate.driverJit` (`quick`, `full`) overrides that choice.
+(a faster start; `spark.sharestate.classArchive off` leaves it out). Where the caller asks
+for a lean driver (`lean_driver=True`) on a local master, the JVM compiles with the quick
+JIT only (`-XX:TieredStopAtLevel=1`) and keeps a heap the size of what it holds (the serial
+collector from an initial heap of 64 MiB): the pipeline jobs, whose Python workers do the
+work with either backend (both have the executors write the data files; the JVM plans,
+reads and commits), where full optimisation and a parallel collector cost CPU that the
+workers need; and `sharestate sql`, whose queries are short, so that C2's compilations cost
+more CPU than they ever save. `spark.sharestate.driverJit` (`quick`, `full`) overrides the
+JIT; a collector or initial heap named in `spark.driver.extraJavaOptions` wins over ours.
 
 Unless `spark.sharestate.verbose` is true, a JVM it starts itself is quiet: no Spark banner,
 no progress bars, its notices filtered (`sharestate.spark.console`).
@@ -114,6 +116,13 @@ class SettingError(ValueError):
 
 JIT_SETTING = "spark.sharestate.driverJit"
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
+LEAN_HEAP = ("-XX:+UseSerialGC", "-Xms64m")
+"""A lean driver's heap: the JVM's defaults start it at 1/64 of the machine's memory (384
+MiB on 24 GiB) and G1 grows it with the allocation rate and adds its remembered sets (58
+MiB), so the driver of `sharestate run` on a few megabytes peaked at 450-560 MB, and more on
+a larger machine; the serial collector grows it with what is live (345-365 MB). Over 5 M
+records with `spark.driver.memory=1g` the driver JVM peaked at 1.06-1.08 GB against
+1.33-1.34 GB, in about the same wall time (see docs/benchmarks.md)."""
 
 _CONF_LINE = re.compile(r"^([^\s=]+)\s*(?:=\s*|\s+)(.*)$")
 
@@ -270,9 +279,9 @@ def with_delta(settings: Mapping[str, str]) -> dict[str, str]:
     return wired
 
 
-def driver_jit(settings: Mapping[str, str], quick_jit: bool) -> JitMode:
+def driver_jit(settings: Mapping[str, str], lean_driver: bool) -> JitMode:
     """The JIT a JVM started with `settings` gets: `spark.sharestate.driverJit` if set, else
-    quick where the caller asks for it and the master is local (the pipeline jobs, where the
+    quick for a lean driver on a local master (the pipeline jobs, where the
     JVM plans, reads and commits while Python workers do the work: over 300 k records with
     the `jvm` backend, 40 and 71 s against 63 and 95 s with the full JIT, run in turns; and
     `sharestate sql`: the cookbook three times in one session on the demo warehouse took
@@ -280,21 +289,30 @@ def driver_jit(settings: Mapping[str, str], quick_jit: bool) -> JitMode:
     chosen = settings.get(JIT_SETTING)
     if chosen is not None:
         return "quick" if chosen == "quick" else "full"
-    local = settings["spark.master"].startswith("local")
-    return "quick" if quick_jit and local else "full"
+    return "quick" if lean_driver and _local(settings) else "full"
 
 
-def driver_java_options(settings: Mapping[str, str], quick_jit: bool) -> str | None:
+def _local(settings: Mapping[str, str]) -> bool:
+    return settings["spark.master"].startswith("local")
+
+
+def driver_java_options(settings: Mapping[str, str], lean_driver: bool) -> str | None:
     """`spark.driver.extraJavaOptions` for a JVM this process starts: the class archive
-    mapped, the JIT chosen and the session's time zone as the JVM's own (None: nothing to
-    add). Options the user set win.
+    mapped, the JIT chosen, a lean driver's heap on a local master (`LEAN_HEAP`) and the
+    session's time zone as the JVM's own (None: nothing to add). Options the user set win.
 
     Delta resolves `TIMESTAMP AS OF` through the JVM's zone: where it is not the session's
     (the machine's TZ), a time literal, read in the session's, named another moment."""
     current = settings.get(class_archive.JAVA_OPTIONS, "")
     options = class_archive.java_options(settings) or current
-    if driver_jit(settings, quick_jit) == "quick" and "Tiered" not in current:
+    if driver_jit(settings, lean_driver) == "quick" and "Tiered" not in current:
         options = f"{options} {QUICK_JIT}".strip()
+    if lean_driver and _local(settings):
+        collector, initial = LEAN_HEAP
+        if not re.search(r"-XX:\+Use\w*GC\b", current):
+            options = f"{options} {collector}".strip()
+        if not re.search(r"-Xms|InitialHeapSize", current):
+            options = f"{options} {initial}".strip()
     if (zone := settings.get(SESSION_ZONE)) and "-Duser.timezone=" not in current:
         options = f"{options} -Duser.timezone={zone}".strip()
     return options if options != current else None
@@ -315,7 +333,7 @@ def build_session(app_name: str | None = None, *, master: str | None = None,
                   conf: Mapping[str, str] | None = None,
                   conf_file: str | Path | None = None,
                   delta: DeltaMode = "auto", ui: bool = True,
-                  quick_jit: bool = False) -> SparkSession:
+                  lean_driver: bool = False) -> SparkSession:
     """Build (or join) the SparkSession for a sharestate job; see the module docstring."""
     launched = _launched_settings()
     # spark-submit starts the JVM but not the SparkContext: static settings (Delta's SQL
@@ -329,7 +347,7 @@ def build_session(app_name: str | None = None, *, master: str | None = None,
         if settings["spark.master"].startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings = console.quiet_settings(settings)
-        if options := driver_java_options(settings, quick_jit):
+        if options := driver_java_options(settings, lean_driver):
             settings[class_archive.JAVA_OPTIONS] = options
         settings = with_pinned_delta(settings)
     else:
