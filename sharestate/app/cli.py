@@ -88,18 +88,23 @@ class _Sink:
     def __init__(self, handle: IO[str], name: str) -> None:
         self._handle = handle
         self._name = name
+        self.failed = False
 
     def write(self, text: str) -> int:
         try:
             return self._handle.write(text)
         except OSError as exc:
-            raise UsageError(f"cannot write {self._name}: {exc.strerror}") from None
+            raise self._failure(exc) from None
 
     def flush(self) -> None:
         try:
             self._handle.flush()
         except OSError as exc:
-            raise UsageError(f"cannot write {self._name}: {exc.strerror}") from None
+            raise self._failure(exc) from None
+
+    def _failure(self, exc: OSError) -> UsageError:
+        self.failed = True
+        return UsageError(f"cannot write {self._name}: {exc.strerror}")
 
 
 @contextmanager
@@ -110,8 +115,8 @@ def _output(path: str | None) -> Iterator[_Sink]:
             yield sink
             sink.flush()
         except UsageError:
-            # nothing more reaches a stdout that cannot take it (not even at exit)
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            if sink.failed:  # nothing more reaches a stdout that cannot take it (not at exit)
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise
         return
     try:
@@ -270,13 +275,12 @@ def _logs(args: argparse.Namespace, topic: str, found: _Findings) -> list[Partit
     return [log for log in logs if log.topic == topic]
 
 
-def _write_rows(rows: Iterable[dict[str, Any]], output: str | None) -> int:
+def _write_rows(rows: Iterable[dict[str, Any]], out: _Sink) -> int:
     """Write `rows` as JSON lines; how many."""
     written = 0
-    with _output(output) as out:
-        for row in rows:
-            out.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
-            written += 1
+    for row in rows:
+        out.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
+        written += 1
     return written
 
 
@@ -351,9 +355,10 @@ def _replay_share(args: argparse.Namespace) -> tuple[list[ShareLogResult], int]:
 
 def cmd_state(args: argparse.Namespace) -> int:
     """Every live share-partition's state as of a point, one JSON line each."""
-    results, status = _replay_share(args)
-    written = _write_rows((row for result in results
-                           for row in state_rows(result, args.group)), args.output)
+    with _output(args.output) as out:  # refused before any reading
+        results, status = _replay_share(args)
+        written = _write_rows((row for result in results
+                               for row in state_rows(result, args.group)), out)
     if not written and args.group is not None:
         _say_no_group(args, "live share-partitions",
                       {key.group_id for result in results for key in result.shard})
@@ -383,23 +388,25 @@ def _say_no_group(args: argparse.Namespace, what: str, groups: Iterable[str],
 
 def cmd_prune(args: argparse.Namespace) -> int:
     """Kafka's prune point per state-topic partition and what holds it back."""
-    results, status = _replay_share(args)
-    _write_rows((prune_row(result) for result in results), args.output)
+    with _output(args.output) as out:
+        results, status = _replay_share(args)
+        _write_rows((prune_row(result) for result in results), out)
     return status
 
 
 def cmd_offsets(args: argparse.Namespace) -> int:
     """Committed consumer-group offsets as of a point (`--pending`: open transactions too)."""
-    with _findings(args) as found:
-        logs = _logs(args, CONSUMER_OFFSETS_TOPIC, found)
-        replays = [_replayed(GroupReplay.of_log(log, as_of=_as_of(args)), log, found)
-                   for log in logs]
-    _say_past_end(args, replays)
-    results = [replay.result for replay in replays]
-    every = [row for result in results for row in offset_rows(
-        result.coordinator, args.retention_minutes, pending=args.pending)]
-    rows = [row for row in every if args.group is None or row["group_id"] == args.group]
-    _write_rows(rows, args.output)
+    with _output(args.output) as out:
+        with _findings(args) as found:
+            logs = _logs(args, CONSUMER_OFFSETS_TOPIC, found)
+            replays = [_replayed(GroupReplay.of_log(log, as_of=_as_of(args)), log, found)
+                       for log in logs]
+        _say_past_end(args, replays)
+        results = [replay.result for replay in replays]
+        every = [row for result in results for row in offset_rows(
+            result.coordinator, args.retention_minutes, pending=args.pending)]
+        rows = [row for row in every if args.group is None or row["group_id"] == args.group]
+        _write_rows(rows, out)
     if not rows and args.group is not None:
         _say_no_group(args, "committed offsets" + (" or open commits" if args.pending else ""),
                       {row["group_id"] for row in every})
