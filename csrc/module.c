@@ -86,10 +86,6 @@ static PyMethodDef methods[] = {
      "share_audit($module, seen, seen_type, key_type, records, decoded, slots, fallback, "
      "/)\n--\n\n"
      "Audit share-state records; twin: sharestate.analytics.audit.ShareAuditor.observe."},
-    {"flatten_batches", native_flatten_batches, METH_VARARGS,
-     "flatten_batches($module, states, item=7, /)\n--\n\n"
-     "(offsets, first, last, state, count, validity) buffers; twin: "
-     "sharestate.tables.columns.flatten_batches_py."},
     {"transpose", (PyCFunction)(void (*)(void))native_transpose, METH_FASTCALL,
      "transpose($module, rows, paths, /)\n--\n\n"
      "One list per index path; twin: sharestate.tables.columns.transpose_py."},
@@ -98,10 +94,6 @@ static PyMethodDef methods[] = {
      "value_offsets, value_valid, value_base, /)\n--\n\n"
      "Records over Arrow bronze buffers; twin: the RawRecord path of "
      "sharestate.tables.arrow_log.records_of."},
-    {"int_columns", (PyCFunction)(void (*)(void))native_int_columns, METH_FASTCALL,
-     "int_columns($module, rows, paths, widths, /)\n--\n\n"
-     "(data, validity bitmap or None) per path; twin: "
-     "sharestate.tables.columns.int_columns_py."},
     {"consumed_runs", (PyCFunction)(void (*)(void))native_consumed_runs, METH_FASTCALL,
      "consumed_runs($module, messages, header, timestamp_types, /)\n--\n\n"
      "Consumed messages as runs of one partition (records with their headers) or error "
@@ -178,10 +170,12 @@ static int add_layouts(PyObject *m) {
 #endif
 
 PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&NativeRecordType) < 0) return NULL;
+    if (PyType_Ready(&NativeRecordType) < 0 || PyType_Ready(&NativeColumnsType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     if (PyModule_AddObjectRef(m, "Record", (PyObject *)&NativeRecordType) < 0
+        || PyModule_AddObjectRef(m, "Columns", (PyObject *)&NativeColumnsType) < 0
         || PyModule_AddStringConstant(m, "SOURCES", SHARESTATE_SOURCES) < 0
         || add_layouts(m) < 0) {
         Py_DECREF(m);

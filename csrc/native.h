@@ -184,9 +184,10 @@ PyObject *native_decode_key_values(PyObject *self, PyObject *const *args, Py_ssi
 PyObject *native_combine(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_share_apply(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_share_audit(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-PyObject *native_flatten_batches(PyObject *self, PyObject *args);
 PyObject *native_transpose(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-PyObject *native_int_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+extern PyTypeObject NativeColumnsType;
+/* Columns.append(row) for a Columns object; -1 with an error set. */
+int native_columns_append(PyObject *columns, PyObject *row);
 extern PyTypeObject NativeRecordType;
 PyObject *native_record_new(PyObject *buffer, long long offset, long long timestamp,
                             long long sequence, Py_ssize_t key_pos, Py_ssize_t key_len,

@@ -10,7 +10,8 @@
  *   history  : None, or a list that gets, per record applied in C, the tuple
  *              (offset, timestamp, key, state, max_leader_epoch, max_state_epoch,
  *               snapshot_update_count, last_snapshot_offset) — the fallback appends the
- *              same for the records it applies, so the list stays in log order
+ *              same for the records it applies, so the list stays in log order — or a
+ *              Columns (columns.c) the same tuples are appended to as rows
  * Records that did not decode are skipped, as the Python twin skips them. Records the C
  * path does not take exactly as the shard would (tombstones, control records, unknown
  * layouts, invalid state batches) go to `fallback`, one by one, in order.
@@ -125,7 +126,8 @@ static int record_history(PyObject *ctx, PyObject *history, PyObject *offset, Py
         if (!v) { Py_DECREF(entry); return -1; }
         PyTuple_SET_ITEM(entry, 3 + i, v);
     }
-    int rc = PyList_Append(history, entry);
+    int rc = PyList_Check(history) ? PyList_Append(history, entry)
+                                   : native_columns_append(history, entry);
     Py_DECREF(entry);
     return rc;
 }
@@ -292,7 +294,8 @@ PyObject *native_share_apply(PyObject *self, PyObject *const *args, Py_ssize_t n
     (void)self;
     if (nargs != 8 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != CTX_SIZE
         || !PyList_Check(args[1]) || !PyList_Check(args[2]) || !PyDict_Check(args[5])
-        || (args[7] != Py_None && !PyList_Check(args[7]))) {
+        || (args[7] != Py_None && !PyList_Check(args[7])
+            && !Py_IS_TYPE(args[7], &NativeColumnsType))) {
         PyErr_SetString(PyExc_TypeError, "share_apply(context, records, decoded, as_of_offset, "
                                          "as_of_time, slots, fallback, history)");
         return NULL;

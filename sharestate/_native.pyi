@@ -21,7 +21,7 @@ from sharestate.log.records_v2 import RecordError
 from sharestate.records.codec import StructProgram
 from sharestate.records.keyvalue import KeyValue, KindPrograms
 from sharestate.records.segment import Decoded
-from sharestate.replay.share_log import HistoryEntry, SlotTable
+from sharestate.replay.share_log import HistoryEntry, HistoryRows, SlotTable
 from sharestate.tables.columns import Path
 
 FIELDS: dict[str, tuple[str, ...]]
@@ -93,7 +93,7 @@ def combine(so_far: Sequence[StateBatch], new: Sequence[StateBatch], start_offse
 def share_apply(context: NativeContext, records: list[RawRecord], decoded: list[Decoded],
                 as_of_offset: int | None, as_of_time: int | None, slots: SlotTable,
                 fallback: Callable[[RawRecord, Decoded], None],
-                history: list[HistoryEntry] | None,
+                history: list[HistoryEntry] | HistoryRows | None,
                 /) -> tuple[int, bool, int | None, int | None]:
     """Apply records to a shard until the stop point: (applied, stopped, last offset, last
     timestamp); twin: `_Applier.apply_all` of `sharestate.replay.share_log`."""
@@ -104,18 +104,21 @@ def share_audit(seen: dict[ShareKey, _Seen], seen_type: type[_Seen], key_type: t
     """Audit share-state records; twin: `sharestate.analytics.audit.ShareAuditor.observe`
     (reached through `fallback`, which takes the records C does not)."""
 
-def flatten_batches(states: Sequence[tuple[Any, ...] | None], item: int = 7,
-                    /) -> tuple[bytes, bytes, bytes, bytes, bytes, bytes]:
-    """The state batches of item `item` of each state as Arrow buffers (offsets, first, last,
-    state, count, validity); twin: `sharestate.tables.columns.flatten_batches_py`."""
-
 def transpose(rows: list[Any], paths: tuple[Path, ...], /) -> list[list[Any]]:
     """One list per index path into the rows; twin: `sharestate.tables.columns.transpose_py`."""
 
-def int_columns(rows: list[Any], paths: tuple[Path, ...], widths: tuple[int, ...],
-                /) -> list[tuple[bytes, bytes | None]]:
-    """`transpose` of integer columns as Arrow (data, validity) buffers; twin:
-    `sharestate.tables.columns.int_columns_py`."""
+@final
+class Columns:
+    """Arrow buffers of columns built from rows; twin: `sharestate.tables.columns.ColumnsPy`."""
+
+    def __new__(cls, specs: tuple[tuple[Path, int], ...], /) -> Columns: ...
+    def __len__(self) -> int: ...
+    def append(self, row: Any, /) -> None:
+        """Add one row (every column, or on an error none)."""
+    def extend(self, rows: list[Any], /) -> None:
+        """Add a list of rows."""
+    def take(self) -> list[tuple[bytes | None, ...]]:
+        """The buffers of every column (see csrc/columns.c), emptied."""
 
 def arrow_records(n: int, buffer: bytes, offsets: Buffer, timestamps: Buffer,
                   key_offsets: Buffer, key_valid: Buffer | None, value_offsets: Buffer,

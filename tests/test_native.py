@@ -53,14 +53,7 @@ from sharestate.records.keyvalue import (
 )
 from sharestate.records.spec import Kind, StructLayout
 from sharestate.tables.arrow_log import records_of
-from sharestate.tables.columns import (
-    flatten_batches_py,
-    int_columns,
-    int_columns_py,
-    state_batches_array,
-    transpose,
-    transpose_py,
-)
+from sharestate.tables.columns import BATCHES, RowColumns, columns_of, transpose, transpose_py
 from sharestate.tables.spec import table
 
 
@@ -345,6 +338,39 @@ def test_native_replay_with_history_matches_python(monkeypatch: pytest.MonkeyPat
     assert fast == run()
 
 
+def test_native_replay_history_rows_match_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The history table's rows of every share fixture, appended by share_apply as it
+    applies (the pipeline's way) and by the Python path, and made from the entries a
+    replay returns."""
+    from sharestate.replay.logs import partition_logs
+    from sharestate.replay.share_log import ShareReplay, share_state
+    from sharestate.tables.gold import history_batch, history_columns
+
+    paths = sorted(conformance_dir().glob("*/share_*.log"))
+    logs = [log for path in paths for log in partition_logs(discover([path]))[0]]
+
+    def run(into_rows: bool) -> list[Any]:
+        out = []
+        for log in logs:
+            dialect = log.dialects[0]
+            history = history_columns(dialect)
+            replay = ShareReplay(share_state(log.topic, log.partition, log.dialects),
+                                 collect_history=not into_rows,
+                                 history=history.rows if into_rows else None)
+            for item in log.items():
+                entries = replay.apply(item)
+                assert not (entries and into_rows)
+                history.extend(entries)
+            out.append(history_batch(history, log.topic, 0, dialect).to_pylist())
+        return out
+
+    fast = run(True)
+    assert fast == run(False)
+    assert sum(map(len, fast)) > 1000
+    monkeypatch.setattr(native, "module", None)
+    assert fast == run(True) == run(False)
+
+
 def _audit(batches: list[Any], dialects: tuple[str, ...] | None) -> tuple[Any, ...]:
     from sharestate.analytics.audit import ShareAuditor
 
@@ -408,31 +434,6 @@ def test_native_audit_matches_python_on_generated_histories(records: list[Any]) 
         raw = RawRecord(offset, 1000 + offset, -1, b"", b"", ())
         batches.append(DecodedBatch(header, [raw], [decoded], []))
     assert _audit(batches, ("4.1",)) == _audit(batches, None)
-
-
-_CELL = st.one_of(st.none(), st.integers(-(2**31), 2**31 - 1))
-_ROW = st.one_of(st.none(), st.tuples(_CELL, st.one_of(st.none(), st.tuples(_CELL, _CELL)),
-                                      _CELL))
-_PATHS = ((0,), (1, 0), (1, 1), (2,))
-
-
-@settings(deadline=None)
-@given(st.lists(_ROW, max_size=40), st.sampled_from([pa.int32(), pa.int64()]))
-def test_native_int_columns_match_python(rows: list[Any], kind: pa.DataType) -> None:
-    """Integer columns straight to Arrow buffers equal the Python twin (nulls included)."""
-    types = (kind,) * len(_PATHS)
-    assert int_columns(rows, _PATHS, types) == int_columns_py(rows, _PATHS, types)
-    assert [c.to_pylist() for c in int_columns(rows, _PATHS, types)] == \
-        transpose(rows, _PATHS) == transpose_py(rows, _PATHS)
-
-
-def test_native_int_columns_refuse_what_the_type_cannot_hold() -> None:
-    with pytest.raises(OverflowError):
-        int_columns([(2**31,)], ((0,),), (pa.int32(),))
-    with pytest.raises(TypeError):
-        int_columns([("7",)], ((0,),), (pa.int64(),))
-    with pytest.raises(IndexError):
-        int_columns([(1,)], ((1,),), (pa.int64(),))
 
 
 @settings(deadline=None, max_examples=60)
@@ -608,42 +609,74 @@ def test_native_share_apply_skips_records_that_did_not_decode() -> None:
     assert (result, asked, history, list(shard)) == ((4, False, 3, 1003), [], [], [])
 
 
-# -- flatten_batches: state batches to Arrow buffers against `flatten_batches_py` ----------
+# -- Columns: rows to Arrow buffers against `ColumnsPy` -------------------------------------
 
 _INT64 = st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from((2**63, -(2**63) - 1)))
 _INT32 = st.one_of(st.integers(-(2**31), 2**31 - 1), st.sampled_from((2**31, -(2**31) - 1)))
-_VALUE = st.one_of(st.booleans(), st.none(), st.just("7"), st.just(1.5))
 _BATCH_ROW = st.one_of(
     st.builds(StateBatch, _INT64, _INT64, _INT32, _INT32),
     st.tuples(_INT64, _INT64, _INT32, _INT32, st.none()),  # a decoded batch struct
-    st.tuples(_INT64, _INT64, st.one_of(_INT32, _VALUE), st.one_of(_INT32, _VALUE)),
+    st.tuples(_INT64, _INT64, st.one_of(_INT32, st.just("7")), st.one_of(_INT32, st.none())),
     st.tuples(_INT64, _INT64, _INT32),  # too short
     st.lists(_INT32, min_size=4, max_size=4),  # not a tuple
 )
-_STATE = st.one_of(
-    st.none(),
-    st.tuples(*[st.integers(0, 3)] * 7, st.lists(_BATCH_ROW, max_size=4).map(tuple)),
-    st.tuples(st.integers(0, 3), st.lists(_BATCH_ROW, max_size=4).map(tuple)),
-    st.tuples(*[st.integers(0, 3)] * 7, st.lists(_BATCH_ROW, max_size=2)),  # a list of batches
-    st.lists(st.integers(0, 3), max_size=8),  # not a tuple
-)
+_CELL = st.one_of(
+    st.none(), _INT32, _INT64, st.booleans(), st.text(max_size=4), st.just("\ud800"),
+    st.binary(max_size=6), st.just(1.5), st.lists(_BATCH_ROW, max_size=3).map(tuple),
+    st.lists(_BATCH_ROW, max_size=2))
+_COLUMNS_ROW = st.one_of(st.none(), st.tuples(_CELL, _CELL, st.one_of(
+    st.none(), st.tuples(_CELL, _CELL)), _CELL))
+_COLUMN_SPEC = st.tuples(st.sampled_from([(0,), (1,), (2, 0), (2, 1), (3,), (), (4,), (2, 5)]),
+                         st.sampled_from([pa.int32(), pa.int64(), pa.bool_(), pa.string(),
+                                          pa.binary(), BATCHES]))
 
 
-def _flattened(flatten: Any, states: list[Any], item: int) -> tuple[Any, ...]:
-    try:
-        column = flatten(states, item)
-    except Exception as exc:  # the same exception from both, or the test fails
-        return ("raised", type(exc), str(exc))
-    return ("ok", column.type, column.to_pylist())
+def _built(specs: list[Any], rows: list[Any], *, pure: bool) -> tuple[Any, ...]:
+    """What RowColumns makes of `rows` added one by one (each row's error, if any), taken
+    twice (the second time empty)."""
+    with pytest.MonkeyPatch.context() as patch:
+        if pure:
+            patch.setattr(native, "module", None)
+        built = RowColumns(specs)
+    outcomes: list[Any] = []
+    for row in rows:
+        try:
+            built.rows.append(row)
+            outcomes.append("added")
+        except Exception as exc:  # the same exception from both, or the test fails
+            outcomes.append((type(exc), str(exc)))
+    count = len(built)
+    taken = [(array.type, array.to_pylist(), array.null_count) for array in built.take()]
+    return outcomes, count, taken, [array.to_pylist() for array in built.take()]
 
 
 @settings(max_examples=1500, deadline=None)
-@given(states=st.lists(_STATE, max_size=6), item=st.sampled_from((7, 1, 0, 9, -1)))
-def test_native_flatten_batches_matches_python(states: list[Any], item: int) -> None:
-    """States with batches at any item, decoded batch structs, values at and beyond the
-    int32 / int64 bounds, wrong types and shapes: the same column or the same exception."""
-    assert (_flattened(state_batches_array, states, item)
-            == _flattened(flatten_batches_py, states, item))
+@given(specs=st.lists(_COLUMN_SPEC, max_size=5), rows=st.lists(_COLUMNS_ROW, max_size=8))
+def test_native_columns_match_python(specs: list[Any], rows: list[Any]) -> None:
+    """Rows of every kind of value (nulls on the way, values at and beyond the int32 / int64
+    bounds, strings that are not UTF-8, batches of every shape) into every kind of column:
+    the same columns, and the same rows refused with the same errors, none of a refused
+    row's values kept."""
+    assert _built(specs, rows, pure=False) == _built(specs, rows, pure=True)
+
+
+@settings(deadline=None)
+@given(rows=st.lists(_COLUMNS_ROW, max_size=8))
+def test_native_transpose_matches_python(rows: list[Any]) -> None:
+    paths = ((0,), (1,), (2, 0), (2, 1), (3,))
+    assert transpose(rows, paths) == transpose_py(rows, paths)
+
+
+def test_native_columns_read_records_as_their_tuples() -> None:
+    """A segment's records read in C give the columns of the same RawRecord tuples (their
+    keys and values taken from the segment's bytes in place)."""
+    path = conformance_dir("kafka-4.4-dev") / "share_tombstones.log"
+    with open(path, "rb") as stream:
+        records = [r for item in read_batches(stream) if isinstance(item, Batch)
+                   for r in item.records]
+    assert records and not isinstance(records[0], tuple)
+    specs = [((0,), pa.int64()), ((1,), pa.int64()), ((3,), pa.binary()), ((4,), pa.binary())]
+    assert columns_of(records, specs) == columns_of([RawRecord(*r) for r in records], specs)
 
 
 # -- lag_walk: the lag-history walk against `walk_batches_py` -------------------------------

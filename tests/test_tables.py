@@ -37,7 +37,7 @@ from sharestate.replay.logs import END, AsOf, LogSource, partition_logs
 from sharestate.replay.share_log import ShareReplay, replay_share_log
 from sharestate.tables.arrow_log import COLUMNS, ArrowLog
 from sharestate.tables.bronze import Split, read_split
-from sharestate.tables.gold import history_batch
+from sharestate.tables.gold import history_batch, history_columns
 from sharestate.tables.silver import group_rows, share_state_rows
 from sharestate.tables.tasks import bronze_tables, silver_tables
 
@@ -330,10 +330,10 @@ def test_quiet_runs_keep_each_records_batch_for_findings_and_stop_points() -> No
 
 def test_history_rows_hold_the_state_after_each_record() -> None:
     path = conformance_dir("kafka-4.4-dev") / "share_tombstones.log"
-    entries: list[object] = []
+    entries = history_columns("4.1")
     result = replay_share_log(partition_logs(discover([path]))[0][0],
                               history_sink=entries.extend)
-    rows = history_batch(entries, "__share_group_state", 0, "4.1").to_pylist()  # type: ignore[arg-type]
+    rows = history_batch(entries, "__share_group_state", 0, "4.1").to_pylist()
     assert len(rows) == result.records
     last = {}
     for row in rows:

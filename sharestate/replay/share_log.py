@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from operator import attrgetter, sub
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sharestate import native
 from sharestate.coordinator.shard import KAFKA, ShareShard
@@ -47,6 +47,16 @@ max leader epoch, max state epoch, snapshot update count, last snapshot offset).
 
 HistorySink = Callable[[list[HistoryEntry]], None]
 """Receives the history entries of one batch, in log order."""
+
+
+class HistoryRows(Protocol):
+    """Takes each history entry as a row as it is made: the rows of
+    `sharestate.tables.gold.history_columns` (the history table's columns, built in C as the
+    entries come when the extension is built; `share_apply` then takes only its own)."""
+
+    def append(self, row: HistoryEntry, /) -> None: ...
+
+
 
 Observer = Callable[[LogItem], None]
 """Sees each batch (or batch-level finding) a replay reads, before its records apply; a
@@ -122,8 +132,9 @@ class ShareReplay:
     fall inside it) or a batch-level finding, in log order, and updates `result`, the whole
     state. Records past the stop point `as_of` are not applied: `stopped` turns true and
     later items change nothing. With `collect_history`, `apply` returns the `HistoryEntry`
-    of each data record it applied; `observe` sees each item before its records apply (not
-    a batch whose first record is past the stop point).
+    of each data record it applied; given `history` rows, it appends them there instead
+    (and returns none); `observe` sees each item before its records apply (not a batch
+    whose first record is past the stop point).
 
     Clean records are applied in C (`sharestate._native.share_apply`) when the extension is
     built and the shard allows it; every other record takes `_Applier.apply`, the Python
@@ -131,10 +142,12 @@ class ShareReplay:
     """
 
     def __init__(self, result: ShareLogResult, *, as_of: AsOf = END,
-                 collect_history: bool = False, observe: Observer | None = None) -> None:
+                 collect_history: bool = False, history: HistoryRows | None = None,
+                 observe: Observer | None = None) -> None:
         self.result = result
         self.as_of = as_of
         self.collect_history = collect_history
+        self.history = history
         self.observe = observe
         self.stopped = False
         shard = result.shard
@@ -165,13 +178,15 @@ class ShareReplay:
 
     @classmethod
     def restore(cls, snapshot: Snapshot, *, as_of: AsOf = END, collect_history: bool = False,
-                observe: Observer | None = None) -> ShareReplay:
+                history: HistoryRows | None = None, observe: Observer | None = None
+                ) -> ShareReplay:
         """The replay a snapshot was taken of, to be fed the log's items after it: it goes on
         to exactly the state of a replay never interrupted."""
         from sharestate.replay.share_snapshot import restore_share
 
         result, stopped = restore_share(snapshot)
-        replay = cls(result, as_of=as_of, collect_history=collect_history, observe=observe)
+        replay = cls(result, as_of=as_of, collect_history=collect_history, history=history,
+                     observe=observe)
         replay.stopped = stopped
         return replay
 
@@ -231,7 +246,7 @@ class ShareReplay:
             result.log_start_offset = header.base_offset
         applier = self._applier
         applier.header = header
-        applier.entries = entries if self.collect_history else None
+        applier.entries = self._sink(entries)
         context = self._context
         if context is not None:
             applied, stopped, last_offset, last_timestamp = native.module.share_apply(
@@ -254,6 +269,11 @@ class ShareReplay:
         result.ledger.add(header.last_offset, len(records), header.size_in_bytes)
         self._advance_ledger()
         return entries
+
+    def _sink(self, entries: list[HistoryEntry]) -> list[HistoryEntry] | HistoryRows | None:
+        """Where the history entries of the next records go."""
+        return self.history if self.history is not None else (
+            entries if self.collect_history else None)
 
     def _stop(self) -> None:
         """The stop point is reached: nothing more applies."""
@@ -283,7 +303,7 @@ class ShareReplay:
         applier = self._applier
         applier.run = run
         applier.lasts = None
-        applier.entries = entries if self.collect_history else None
+        applier.entries = self._sink(entries)
         applied, _, last_offset, last_timestamp = native.module.share_apply(
             context, run.records, run.decoded, None, None, self._slots,
             applier.apply_in_run, applier.entries)
@@ -314,7 +334,7 @@ class _Applier:
         self.shard = shard
         self.header: BatchHeader | None = None
         """The batch being applied (set before each batch)."""
-        self.entries: list[HistoryEntry] | None = None
+        self.entries: list[HistoryEntry] | HistoryRows | None = None
         """Where history entries of this batch go (None: not collected)."""
         self.run: QuietRun | None = None
         """The quiet run being applied (set before each run, with `lasts` None)."""

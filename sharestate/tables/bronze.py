@@ -48,7 +48,7 @@ from sharestate.records.segment import (
     detected_batches,
     segment_batches,
 )
-from sharestate.tables.columns import int_columns, transpose
+from sharestate.tables.columns import columns_of, transpose
 from sharestate.tables.spec import table
 
 UNKNOWN_TOPIC = "unknown"
@@ -77,6 +77,8 @@ def staging_schema() -> pa.Schema:
 
 
 STAGING = staging_schema()
+_RECORD_COLUMNS = tuple(((position,), STAGING.field(name).type) for name, position in (
+    ("offset", 0), ("timestamp", 1), ("key", 3), ("value", 4)))  # of a RawRecord
 
 
 class Staged(NamedTuple):
@@ -94,6 +96,8 @@ _HEADER_COLUMNS = (("position", 0), ("batch_base_offset", 1), ("batch_last_offse
                    ("crc_valid", 7), ("compression", 8), ("timestamp_type", 9),
                    ("producer_id", 12), ("producer_epoch", 13), ("is_transactional", 15),
                    ("is_control", 16))
+_HEADER_SPECS = tuple(((position,), STAGING.field(name).type)
+                      for name, position in _HEADER_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -259,8 +263,7 @@ class _Chunk:
         n_rec = len(self.records)
         extra = self.extra
         size = n_rec + len(extra)
-        offsets, timestamps = int_columns(self.records, ((0,), (1,)), (pa.int64(), pa.int64()))
-        keys, values = transpose(self.records, ((3,), (4,)))
+        offsets, timestamps, keys, values = columns_of(self.records, _RECORD_COLUMNS)
         type_ids = pa.array(self.type_ids, STAGING.field("record_type_id").type)
         names = self.names
         records: dict[str, Any] = {
@@ -282,9 +285,9 @@ class _Chunk:
                 controls[i], epochs[i] = control, epoch
             records.update(control_type=controls, coordinator_epoch=epochs)
         index = pa.array(self.batch_index, pa.int32())
-        per_batch = transpose(self.headers, tuple((position,) for _, position in _HEADER_COLUMNS))
-        for (name, _), column in zip(_HEADER_COLUMNS, per_batch, strict=True):
-            records[name] = pa.array(column, STAGING.field(name).type).take(index)
+        for (name, _), column in zip(_HEADER_COLUMNS, columns_of(self.headers, _HEADER_SPECS),
+                                     strict=True):
+            records[name] = column.take(index)
         if self.timestamp_types is not None:
             records["timestamp_type"] = self.timestamp_types
         columns: dict[str, pa.Array] = {}

@@ -1,8 +1,8 @@
 """Gold rows of the share-state replay as Arrow record batches.
 
-`history_batch` turns the `HistoryEntry`s of `replay_share_log` into rows of
-`share_partition_state_history` (the state after every applied record), column-wise (the
-state batches through `columns.state_batches_array`, in C when the extension is built);
+`history_batch` turns the `HistoryEntry`s a replay adds to `history_columns` into rows of
+`share_partition_state_history` (the state after every applied record), column-wise (in C,
+as the replay makes them, when the extension is built);
 `state_batch` gives the rows of `share_partition_state` (every live share-partition as of
 the replay's stop point) that `replay.rows.state_rows` builds for every front end.
 """
@@ -18,8 +18,8 @@ import pyarrow.compute
 from sharestate.analytics.context import StateContext
 from sharestate.coordinator.share_state import ShareKey, SharePartitionState, StateBatch
 from sharestate.replay.rows import has_delivery_complete_count, state_rows
-from sharestate.replay.share_log import HistoryEntry, ShareLogResult
-from sharestate.tables.columns import int_columns, state_batches_array, transpose
+from sharestate.replay.share_log import ShareLogResult
+from sharestate.tables.columns import Path, RowColumns
 from sharestate.tables.spec import table
 
 SNAPSHOT, UPDATE, TOMBSTONE = "ShareSnapshot", "ShareUpdate", "Tombstone"
@@ -27,33 +27,41 @@ HISTORY_SCHEMA = table("share_partition_state_history").arrow_schema()
 STATE_SCHEMA = table("share_partition_state").arrow_schema()
 
 
-_HISTORY_INTS = {  # column: path in a HistoryEntry
-    "partition": (2, 2), "record_offset": (0,), "timestamp": (1,),
-    "snapshot_epoch": (3, 0), "state_epoch": (3, 1), "leader_epoch": (3, 2),
-    "start_offset": (3, 3), "delivery_complete_count": (3, 4), "create_timestamp": (3, 5),
-    "write_timestamp": (3, 6), "last_snapshot_offset": (7,), "max_leader_epoch": (4,),
-    "max_state_epoch": (5,), "snapshot_update_count": (6,)}
+_HISTORY_COLUMNS = {  # column: path in a HistoryEntry
+    "record_offset": (0,), "timestamp": (1,), "group_id": (2, 0), "topic_id": (2, 1),
+    "partition": (2, 2), "snapshot_epoch": (3, 0), "state_epoch": (3, 1),
+    "leader_epoch": (3, 2), "start_offset": (3, 3), "delivery_complete_count": (3, 4),
+    "create_timestamp": (3, 5), "write_timestamp": (3, 6), "state_batches": (3, 7),
+    "last_snapshot_offset": (7,), "max_leader_epoch": (4,), "max_state_epoch": (5,),
+    "snapshot_update_count": (6,)}
 
 
-def history_batch(entries: list[HistoryEntry], state_topic: str, state_partition: int,
+def history_columns(dialect: str) -> RowColumns:
+    """Where a replay's `HistoryEntry`s go (its `history` rows) to become
+    `share_partition_state_history` columns (`history_batch`)."""
+    return RowColumns([(path, HISTORY_SCHEMA.field(name).type)
+                       for name, path in _history_paths(dialect).items()])
+
+
+def _history_paths(dialect: str) -> dict[str, Path]:
+    return {name: path for name, path in _HISTORY_COLUMNS.items()
+            if name != "delivery_complete_count" or has_delivery_complete_count(dialect)}
+
+
+def history_batch(entries: RowColumns, state_topic: str, state_partition: int,
                   dialect: str) -> pa.RecordBatch:
-    """`share_partition_state_history` rows for replay history entries (one row each)."""
-    n = len(entries)
-    group, topic_id, states = transpose(entries, ((2, 0), (2, 1), (3,)))
-    names = [name for name in _HISTORY_INTS
-             if name != "delivery_complete_count" or has_delivery_complete_count(dialect)]
-    columns: dict[str, Any] = dict(zip(names, int_columns(
-        entries, tuple(_HISTORY_INTS[name] for name in names),
-        tuple(HISTORY_SCHEMA.field(name).type for name in names)), strict=True))
-    deleted = pa.array([s is None for s in states], pa.bool_())
+    """`share_partition_state_history` rows of the history entries added to `entries`
+    (`history_columns`) since the last batch, one row each."""
+    columns: dict[str, Any] = dict(zip(_history_paths(dialect), entries.take(), strict=True))
+    n = len(columns["record_offset"])
+    deleted = columns["state_batches"].is_null()  # a deleted key has no state
     snapshots = pa.compute.equal(columns["last_snapshot_offset"], columns["record_offset"])
     columns.update({
         "state_topic": pa.repeat(pa.scalar(state_topic, pa.string()), n),
         "state_partition": pa.repeat(pa.scalar(state_partition, pa.int32()), n),
-        "group_id": group, "topic_id": topic_id, "deleted": deleted,
+        "deleted": deleted,
         "record_type": pa.compute.if_else(deleted, TOMBSTONE, pa.compute.if_else(
             pa.compute.fill_null(snapshots, False), SNAPSHOT, UPDATE)),
-        "state_batches": state_batches_array(states),
         "dialect": pa.repeat(pa.scalar(dialect, pa.string()), n)})
     return pa.RecordBatch.from_arrays(
         [columns[f.name] if f.name in columns else pa.nulls(n, f.type) for f in HISTORY_SCHEMA],

@@ -34,10 +34,10 @@ from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.replay.group_log import replay_group_log
 from sharestate.replay.logs import END, AsOf
 from sharestate.replay.prune import prune_recommendation
-from sharestate.replay.share_log import HistoryEntry, ShareReplay, share_state
+from sharestate.replay.share_log import ShareReplay, share_state
 from sharestate.replay.snapshot import Snapshot, decode
 from sharestate.tables.arrow_log import COLUMNS, ArrowLog
-from sharestate.tables.gold import history_batch, state_batch
+from sharestate.tables.gold import history_batch, history_columns, state_batch
 from sharestate.tables.metadata import metadata_rows
 from sharestate.tables.replay_state import restored_dialect, state_row
 from sharestate.tables.spec import table
@@ -130,8 +130,9 @@ def share_partition_gold(partition: int, rows: Iterable[pa.RecordBatch],
     if dialect is None:
         return
     auditor = ShareAuditor(partition, dialects=(dialect,))
+    history = history_columns(dialect)
     if taken is not None:
-        replay = ShareReplay.restore(taken, as_of=options.as_of, collect_history=True,
+        replay = ShareReplay.restore(taken, as_of=options.as_of, history=history.rows,
                                      observe=auditor.batch)
         restore_share_audit(auditor, taken.tables)
     else:
@@ -139,20 +140,18 @@ def share_partition_gold(partition: int, rows: Iterable[pa.RecordBatch],
                                          semantics=options.semantics,
                                          snapshot_update_records_per_snapshot=(
                                              options.snapshot_update_records_per_snapshot)),
-                             as_of=options.as_of, collect_history=True, observe=auditor.batch)
+                             as_of=options.as_of, history=history.rows, observe=auditor.batch)
     known = len(replay.result.shard.findings)
     log = ArrowLog(SHARE_STATE_TOPIC, partition,
                    [] if first is None else chain([first], slices), dialect)
-    pending: list[HistoryEntry] = []
     for item in log.items():
-        pending.extend(replay.apply(item))
-        if len(pending) >= HISTORY_ROWS:
-            yield SHARE_GOLD[0], history_batch(pending, SHARE_STATE_TOPIC, partition, dialect)
-            pending = []
+        replay.apply(item)
+        if len(history) >= HISTORY_ROWS:
+            yield SHARE_GOLD[0], history_batch(history, SHARE_STATE_TOPIC, partition, dialect)
         if replay.stopped:
             break
-    if pending:
-        yield SHARE_GOLD[0], history_batch(pending, SHARE_STATE_TOPIC, partition, dialect)
+    if len(history):
+        yield SHARE_GOLD[0], history_batch(history, SHARE_STATE_TOPIC, partition, dialect)
     result = replay.result
     yield "share_partition_state", state_batch(result)
     yield rows_of("prune_recommendations", [prune_recommendation(result)])

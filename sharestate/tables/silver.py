@@ -23,7 +23,7 @@ from sharestate.records.catalog import dialect
 from sharestate.records.keyvalue import KeyValue, decode_key_values
 from sharestate.records.render import to_json
 from sharestate.replay.rows import has_delivery_complete_count
-from sharestate.tables.columns import BATCHES, int_columns, state_batches_array, transpose
+from sharestate.tables.columns import columns_of, transpose
 from sharestate.tables.spec import table
 
 SHARE_STATE_SCHEMA = table("share_state_records").arrow_schema()
@@ -135,17 +135,14 @@ def _value_columns(kinds: list[Any], versions: list[Any], values: list[Any],
             else None
         slots = value_slots(layout) if layout is not None else ABSENT_SLOTS
         dcc = has_delivery_complete_count(dialects[first].as_py())
-        present = [(name, slot) for name in _VALUE_FIELDS
-                   if (slot := getattr(slots, name)) >= 0
-                   and (dcc or name != "delivery_complete_count")]
-        picked = dict(zip([name for name, _ in present], int_columns(
-            part, tuple((slot,) for _, slot in present),
-            tuple(SHARE_STATE_SCHEMA.field(name).type for name, _ in present)), strict=True))
-        for name in _VALUE_FIELDS:
+        present = {name: ((slot,), SHARE_STATE_SCHEMA.field(name).type)
+                   for name in (*_VALUE_FIELDS, "state_batches")
+                   if (slot := getattr(slots, "batches" if name == "state_batches" else name))
+                   >= 0 and (dcc or name != "delivery_complete_count")}
+        picked = dict(zip(present, columns_of(part, list(present.values())), strict=True))
+        for name in (*_VALUE_FIELDS, "state_batches"):
             pieces[name].append(picked[name] if name in picked
                                 else pa.nulls(len(part), SHARE_STATE_SCHEMA.field(name).type))
-        pieces["state_batches"].append(state_batches_array(part, slots.batches)
-                                       if slots.batches >= 0 else pa.nulls(len(part), BATCHES))
         pieces["tombstone"].append(pa.repeat(pa.scalar(kind is not None and version is None),
                                              len(part)))
     columns = {name: pa.concat_arrays(chunks) for name, chunks in pieces.items()}
