@@ -112,6 +112,18 @@ def test_a_flipped_bit_of_a_base_offset_costs_one_batch(twin: str, bit: int) -> 
             assert refused or not changed, (i, bit, changed)
 
 
+def test_a_batch_right_after_the_one_before_past_its_segments_span_is_refused(
+        twin: str) -> None:
+    """A batch starting right after the one before (the reader's usual case) whose last
+    offset lies more than 2^31 - 1 past the segment's first is refused all the same."""
+    before = b"".join(build_batch([RawRecord(o, 1000, -1, b"k", b"v", ())]) for o in (0, 1))
+    far = build_batch([RawRecord(2, 1000, -1, b"k", b"v", ())], last_offset_delta=(1 << 31) - 1)
+    after = build_batch([RawRecord(3, 1000, -1, b"k", b"v", ())])
+    offsets, found = _outcome(_read(before + far + after))
+    assert offsets == [0, 1, 3]
+    assert found == [("offset_order", len(before))]
+
+
 @pytest.mark.parametrize(("offsets", "last_delta", "message"), [
     ((9,), 0, "offset delta -1 is outside 0 to 0"),
     ((10, 15), 3, "record 1: offset delta 5 is outside 1 to 3"),

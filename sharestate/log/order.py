@@ -159,6 +159,12 @@ def in_order(items: Iterable[Batch | LogFinding], order: OffsetOrder,
             continue
         header = item.header
         first, last = header.base_offset, header.last_offset
+        if held is None and order.last is not None and first == order.last + 1 \
+                and order.segment_first is not None \
+                and last - order.segment_first <= SEGMENT_SPAN:
+            order.last = last  # the usual batch: right after the one before (`advance`)
+            yield item
+            continue
         if held is not None:
             verdict = order.verdict(first, last)
             if verdict in (Verdict.BEHIND, Verdict.OVERLAPS) and (first, last) != (
