@@ -69,11 +69,11 @@ def share_state_rows(rows: pa.RecordBatch,
     ok = decoded if (  # usually every row decoded cleanly
         not any(errors) and id(None) not in kind_ids and None not in keys) else _decoded_only(
         decoded, all_kinds, errors, keys)
-    group, topic_id, partition, kinds, versions, values = transpose(
-        ok, ((2, 0), (2, 1), (2, 2), (1,), (3,), (4,)))
+    kinds, versions, values = transpose(ok, ((1,), (3,), (4,)))
+    group, topic_id, partition = columns_of(ok, _KEY_COLUMNS)
     out: dict[str, Any] = _value_columns(kinds, versions, values, rows.column("dialect"))
     out.update({
-        "state_topic": pa.array(["__share_group_state"] * n, pa.string()),
+        "state_topic": pa.repeat(pa.scalar("__share_group_state", pa.string()), n),
         "state_partition": rows.column("partition"), "segment": rows.column("segment"),
         "offset": rows.column("offset"), "timestamp": rows.column("timestamp"),
         "record_type": _names(all_kinds, kind_ids),
@@ -82,7 +82,13 @@ def share_state_rows(rows: pa.RecordBatch,
         "is_transactional": rows.column("is_transactional"), "group_id": group,
         "topic_id": topic_id, "partition": partition, "dialect": rows.column("dialect"),
         "decode_status": rows.column("decode_status")})
-    return pa.RecordBatch.from_pydict(out, schema=SHARE_STATE_SCHEMA)
+    return pa.RecordBatch.from_arrays([out[name] for name in SHARE_STATE_SCHEMA.names],
+                                      schema=SHARE_STATE_SCHEMA)
+
+
+_KEY_COLUMNS = tuple(((2, i), SHARE_STATE_SCHEMA.field(name).type)
+                     for i, name in enumerate(("group_id", "topic_id", "partition")))
+"""A KeyValue's share key fields (a ShareKey's, first in every share-state key)."""
 
 
 def _decoded_only(decoded: list[KeyValue | None], kinds: list[Any], errors: list[Any],
