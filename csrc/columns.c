@@ -416,6 +416,126 @@ PyTypeObject NativeColumnsType = {
     .tp_new = columns_new,
 };
 
+/* tuples(type, n, columns) -> [type tuple per row]
+ * The inverse of Columns: rows of a tuple type (a NamedTuple) whose items are, column by
+ * column, values of Arrow arrays without nulls (offset 0) or a constant:
+ *   (COL_INT32 | COL_INT64, data) (COL_BOOL, bits) (COL_STRING, offsets, data) (-1, value)
+ * A string column's value is made once for a run of equal strings. The pure-Python twin is
+ * `tuples_of_py` in columns.py. */
+PyObject *native_tuples(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3 || !PyType_Check(args[0])
+        || !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type) || !PyTuple_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "tuples(tuple type, n, columns)");
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)args[0];
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]), k = PyTuple_GET_SIZE(args[2]);
+    if (n < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "tuples: n < 0");
+        return NULL;
+    }
+    if (k > 32) {
+        PyErr_SetString(PyExc_ValueError, "tuples: at most 32 columns");
+        return NULL;
+    }
+    int kinds[32];
+    PyObject *constants[32] = {NULL}, *last[32] = {NULL};
+    Py_buffer views[32][2];
+    int held[32] = {0};
+    PyObject *out = NULL;
+    for (Py_ssize_t c = 0; c < k; c++) {
+        PyObject *spec = PyTuple_GET_ITEM(args[2], c);
+        long kind = PyTuple_Check(spec) && PyTuple_GET_SIZE(spec) >= 2
+            ? PyLong_AsLong(PyTuple_GET_ITEM(spec, 0)) : -2;
+        Py_ssize_t want = kind == COL_STRING ? 2 : kind == -1 || kind == COL_INT32
+            || kind == COL_INT64 || kind == COL_BOOL ? 1 : -1;
+        if (want < 0 || PyTuple_GET_SIZE(spec) != want + 1) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "a column is (kind, buffers...) or (-1, value)");
+            goto done;
+        }
+        kinds[c] = (int)kind;
+        if (kind == -1) {
+            constants[c] = PyTuple_GET_ITEM(spec, 1);
+            continue;
+        }
+        for (Py_ssize_t b = 0; b < want; b++) {
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(spec, b + 1), &views[c][b], PyBUF_SIMPLE) < 0)
+                goto done;
+            held[c] |= 1 << b;
+        }
+        Py_ssize_t need = kind == COL_INT32 ? n * 4 : kind == COL_INT64 ? n * 8
+            : kind == COL_BOOL ? (n + 7) / 8 : (n + 1) * 4;
+        if (views[c][0].len < need) {
+            PyErr_SetString(PyExc_ValueError, "tuples: a buffer is too short for the rows");
+            goto done;
+        }
+        if (kind == COL_STRING && n) {
+            const int32_t *o = views[c][0].buf;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                if (o[i] < 0 || o[i + 1] < o[i] || o[i + 1] > views[c][1].len) {
+                    PyErr_SetString(PyExc_ValueError, "tuples: a string offset is outside its data");
+                    goto done;
+                }
+            }
+        }
+    }
+    out = PyList_New(n);
+    if (!out) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *row = type->tp_alloc(type, k);
+        if (!row) { Py_CLEAR(out); goto done; }
+        PyList_SET_ITEM(out, i, row);
+        for (Py_ssize_t c = 0; c < k; c++) {
+            PyObject *v;
+            const char *data = kinds[c] == -1 ? NULL : views[c][0].buf;
+            switch (kinds[c]) {
+            case -1:
+                v = Py_NewRef(constants[c]);
+                break;
+            case COL_INT32: {
+                int32_t x;
+                memcpy(&x, data + i * 4, 4);
+                v = PyLong_FromLong(x);
+                break;
+            }
+            case COL_INT64: {
+                int64_t x;
+                memcpy(&x, data + i * 8, 8);
+                v = PyLong_FromLongLong(x);
+                break;
+            }
+            case COL_BOOL:
+                v = Py_NewRef(((const unsigned char *)data)[i >> 3] & (1u << (i & 7))
+                              ? Py_True : Py_False);
+                break;
+            default: {  /* COL_STRING */
+                const int32_t *o = (const int32_t *)data;
+                const char *text = (const char *)views[c][1].buf + o[i];
+                Py_ssize_t size = o[i + 1] - o[i];
+                PyObject *before = last[c];
+                if (before && PyUnicode_GET_LENGTH(before) == size && PyUnicode_IS_ASCII(before)
+                    && memcmp(PyUnicode_DATA(before), text, (size_t)size) == 0) {
+                    v = Py_NewRef(before);
+                } else {
+                    v = PyUnicode_DecodeUTF8(text, size, NULL);
+                    if (v) Py_XSETREF(last[c], Py_NewRef(v));
+                }
+            }
+            }
+            if (!v) { Py_CLEAR(out); goto done; }
+            PyTuple_SET_ITEM(row, c, v);
+        }
+    }
+done:
+    for (Py_ssize_t c = 0; c < k; c++) {
+        for (int b = 0; b < 2; b++) if (held[c] & (1 << b)) PyBuffer_Release(&views[c][b]);
+        Py_XDECREF(last[c]);
+    }
+    return out;
+}
+
 /* The indexes of one path (a tuple of at most 8 ints) into `idx`; its depth, -1 on error. */
 static Py_ssize_t read_path(PyObject *path, Py_ssize_t *idx) {
     if (!PyTuple_Check(path)) {

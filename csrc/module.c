@@ -89,6 +89,10 @@ static PyMethodDef methods[] = {
     {"transpose", (PyCFunction)(void (*)(void))native_transpose, METH_FASTCALL,
      "transpose($module, rows, paths, /)\n--\n\n"
      "One list per index path; twin: sharestate.tables.columns.transpose_py."},
+    {"tuples", (PyCFunction)(void (*)(void))native_tuples, METH_FASTCALL,
+     "tuples($module, row_type, n, columns, /)\n--\n\n"
+     "Rows of a tuple type from Arrow buffers; twin: "
+     "sharestate.tables.columns.tuples_of_py."},
     {"arrow_records", (PyCFunction)(void (*)(void))native_arrow_records, METH_FASTCALL,
      "arrow_records($module, n, buffer, offsets, timestamps, key_offsets, key_valid, "
      "value_offsets, value_valid, value_base, /)\n--\n\n"

@@ -185,6 +185,7 @@ PyObject *native_combine(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 PyObject *native_share_apply(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_share_audit(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *native_transpose(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *native_tuples(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 extern PyTypeObject NativeColumnsType;
 /* Columns.append(row) for a Columns object; -1 with an error set. */
 int native_columns_append(PyObject *columns, PyObject *row);

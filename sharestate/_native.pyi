@@ -8,7 +8,7 @@ so lists of records are typed `list[RawRecord]` here, as `Batch.records` is.
 """
 
 from collections.abc import Callable, Sequence
-from typing import Any, final
+from typing import Any, TypeVar, final
 
 from typing_extensions import Buffer, CapsuleType
 
@@ -23,6 +23,8 @@ from sharestate.records.keyvalue import KeyValue, KindPrograms
 from sharestate.records.segment import Decoded
 from sharestate.replay.share_log import HistoryEntry, HistoryRows, SlotTable
 from sharestate.tables.columns import Path
+
+_Row = TypeVar("_Row", bound=tuple[Any, ...])
 
 FIELDS: dict[str, tuple[str, ...]]
 """The field order C assumes for each tuple it reads or builds, by NamedTuple name."""
@@ -103,6 +105,11 @@ def share_audit(seen: dict[ShareKey, _Seen], seen_type: type[_Seen], key_type: t
                 fallback: Callable[[RawRecord, KeyValue], object], /) -> None:
     """Audit share-state records; twin: `sharestate.analytics.audit.ShareAuditor.observe`
     (reached through `fallback`, which takes the records C does not)."""
+
+def tuples(row_type: type[_Row], n: int, columns: tuple[tuple[Any, ...], ...],
+           /) -> list[_Row]:
+    """Rows of a tuple type from Arrow buffers; twin:
+    `sharestate.tables.columns.tuples_of_py`."""
 
 def transpose(rows: list[Any], paths: tuple[Path, ...], /) -> list[list[Any]]:
     """One list per index path into the rows; twin: `sharestate.tables.columns.transpose_py`."""

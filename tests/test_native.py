@@ -53,7 +53,15 @@ from sharestate.records.keyvalue import (
 )
 from sharestate.records.spec import Kind, StructLayout
 from sharestate.tables.arrow_log import records_of
-from sharestate.tables.columns import BATCHES, RowColumns, columns_of, transpose, transpose_py
+from sharestate.tables.columns import (
+    BATCHES,
+    RowColumns,
+    columns_of,
+    transpose,
+    transpose_py,
+    tuples_of,
+    tuples_of_py,
+)
 from sharestate.tables.spec import table
 
 
@@ -665,6 +673,46 @@ def test_native_columns_match_python(specs: list[Any], rows: list[Any]) -> None:
 def test_native_transpose_matches_python(rows: list[Any]) -> None:
     paths = ((0,), (1,), (2, 0), (2, 1), (3,))
     assert transpose(rows, paths) == transpose_py(rows, paths)
+
+
+_TUPLE_COLUMN = st.one_of(
+    st.tuples(st.just(pa.int32()), st.integers(-(2**31), 2**31 - 1)),
+    st.tuples(st.just(pa.int64()), st.integers(-(2**63), 2**63 - 1)),
+    st.tuples(st.just(pa.bool_()), st.booleans()),
+    st.tuples(st.just(pa.string()), st.sampled_from(["", "none", "gzip", "CreateTime", "é"])),
+    st.tuples(st.none(), st.one_of(st.none(), st.integers(-1, 1), st.text(max_size=2))))
+
+
+@settings(max_examples=500, deadline=None)
+@given(columns=st.lists(st.tuples(_TUPLE_COLUMN, st.integers(0, 3)), max_size=6),
+       n=st.integers(0, 20), data=st.data())
+def test_native_tuples_match_python(columns: list[Any], n: int, data: st.DataObject) -> None:
+    """Rows from Arrow arrays of every kind (sliced, runs of equal strings, non-ASCII) and
+    constants: the same rows of the same values, in C and in Python."""
+    arrays: list[Any] = []
+    for (data_type, example), cut in columns:
+        if data_type is None:
+            arrays.append(example)  # a constant
+            continue
+        values = data.draw(st.lists(st.sampled_from([example, example, *(
+            [0, 1] if pa.types.is_integer(data_type) else [True] if data_type == pa.bool_()
+            else ["none"])]), min_size=n + cut, max_size=n + cut))
+        arrays.append(pa.array(values, data_type).slice(cut))
+    rows = tuples_of(tuple, n, arrays)
+    assert rows == tuples_of_py(tuple, n, arrays)
+    assert [tuple(map(type, row)) for row in rows] == [
+        tuple(map(type, row)) for row in tuples_of_py(tuple, n, arrays)]
+    if len(arrays) == len(StateBatch._fields):
+        assert tuples_of(StateBatch, n, arrays) == rows
+        assert {type(row) for row in tuples_of(StateBatch, n, arrays)} <= {StateBatch}
+
+
+def test_native_tuples_refuse_nulls_and_other_lengths() -> None:
+    for columns in ([pa.array([1, None])], [pa.array([1, 2, 3])]):
+        with pytest.raises(ValueError):
+            tuples_of(tuple, 2, columns)
+    with pytest.raises(ValueError):  # a NamedTuple's every field
+        tuples_of(StateBatch, 2, [pa.array([1, 2])])
 
 
 def test_native_columns_read_records_as_their_tuples() -> None:

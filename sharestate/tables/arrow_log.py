@@ -24,6 +24,7 @@ from sharestate.records import segment
 from sharestate.records.catalog import Dialect, dialect
 from sharestate.records.keyvalue import KeyValue, decode_key_values
 from sharestate.records.segment import DecodedBatch, LogItem, QuietRun
+from sharestate.tables.columns import tuples_of
 
 COLUMNS = ("offset", "timestamp", "key", "value", "position", "batch_base_offset",
            "batch_last_offset", "batch_size", "partition_leader_epoch", "magic", "crc_valid",
@@ -148,26 +149,19 @@ def _chunk(data: pa.RecordBatch, starts: np.ndarray, schemas: Dialect, topic: st
     max_stamp = np.maximum.reduceat(stamp, starts)
     max_stamp[max_stamp == np.iinfo(np.int64).min] = -1
 
-    def first(name: str) -> list[Any]:
-        values: list[Any] = data.column(name).take(take).fill_null(
-            HEADER_DEFAULTS[name]).to_pylist()
-        return values
+    def first(name: str) -> pa.Array:
+        return data.column(name).take(take).fill_null(HEADER_DEFAULTS[name])
 
-    def coalesce(name: str, fallback: pa.Array) -> list[Any]:
-        values: list[Any] = pc.coalesce(data.column(name).take(take), fallback).to_pylist()
-        return values
-
-    count = len(starts)
-    headers = list(map(
-        BatchHeader, first("position"),
-        coalesce("batch_base_offset", offsets.take(take)),
-        coalesce("batch_last_offset", offsets.take(pa.array(ends - 1))),
-        first("batch_size"), first("partition_leader_epoch"), first("magic"), repeat(0, count),
+    headers = tuples_of(BatchHeader, len(starts), [
+        first("position"), pc.coalesce(data.column("batch_base_offset").take(take),
+                                       offsets.take(take)),
+        pc.coalesce(data.column("batch_last_offset").take(take),
+                    offsets.take(pa.array(ends - 1))),
+        first("batch_size"), first("partition_leader_epoch"), first("magic"), 0,
         first("crc_valid"), first("compression"), first("timestamp_type"),
-        timestamps.take(take).fill_null(-1).to_pylist(), max_stamp.tolist(),
-        first("producer_id"), first("producer_epoch"), repeat(-1, count),
-        first("is_transactional"), first("is_control"), (ends - starts).tolist(),
-        repeat(False, count)))
+        timestamps.take(take).fill_null(-1), pa.array(max_stamp), first("producer_id"),
+        first("producer_epoch"), -1, first("is_transactional"), first("is_control"),
+        pa.array(ends - starts), False])
     records = records_of(offsets, timestamps, data.column("key"), data.column("value"))
     control = _flags(data, "is_control", take)
     items: list[KeyValue | ControlRecord | LogFinding]

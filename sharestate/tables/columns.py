@@ -5,14 +5,16 @@ at once and turns each into the values of every column it was given, found by a 
 item indexes into the row; `take()` hands back Arrow arrays. In C
 (`sharestate._native.Columns`) each row is walked once and every column written straight
 into Arrow buffers, with no Python object per value; `ColumnsPy` is its pure-Python twin.
-`transpose` gives plain Python lists of values (for the columns that are objects).
+`transpose` gives plain Python lists of values (for the columns that are objects), and
+`tuples_of` turns Arrow columns back into rows (NamedTuples).
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from itertools import repeat
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import pyarrow as pa
 
@@ -174,6 +176,42 @@ def columns_of(rows: list[Any], specs: Sequence[tuple[Path, pa.DataType]]) -> li
     built = RowColumns(specs)
     built.extend(rows)
     return built.take()
+
+
+_Row = TypeVar("_Row", bound=tuple[Any, ...])
+
+
+def tuples_of(row_type: type[_Row], n: int, columns: Sequence[Any]) -> list[_Row]:
+    """`n` rows of `row_type` (a NamedTuple) whose items are, column by column, the values
+    of Arrow arrays (int32, int64, bool or string, without nulls) or, for anything that is
+    not an array, that value in every row: the inverse of `RowColumns`, in C with no Python
+    object between the buffers and the rows."""
+    if len(columns) != len(getattr(row_type, "_fields", columns)):
+        raise ValueError(f"tuples_of: {len(columns)} columns for {row_type.__name__}")
+    for column in columns:
+        if isinstance(column, pa.Array) and (len(column) != n or column.null_count):
+            raise ValueError("tuples_of: an array of other than `n` values, or with nulls")
+    if not native.enabled():
+        return tuples_of_py(row_type, n, columns)
+    specs: list[tuple[Any, ...]] = []
+    for column in columns:
+        if not isinstance(column, pa.Array):
+            specs.append((-1, column))
+            continue
+        if column.offset:
+            column = pa.concat_arrays([column])
+        kind = _kind(column.type)
+        buffers = column.buffers()[1:] if kind == STRING else column.buffers()[1:2]
+        specs.append((kind, *(b"" if b is None else b for b in buffers)))
+    return native.module.tuples(row_type, n, tuple(specs))
+
+
+def tuples_of_py(row_type: type[_Row], n: int, columns: Sequence[Any]) -> list[_Row]:
+    """The pure-Python `tuples_of`."""
+    lists = [column.to_pylist() if isinstance(column, pa.Array) else repeat(column, n)
+             for column in columns]
+    rows = zip(*lists, strict=True) if lists else repeat((), n)
+    return [tuple.__new__(row_type, items) for items in rows]
 
 
 def transpose(rows: list[Any], paths: tuple[Path, ...]) -> list[list[Any]]:
