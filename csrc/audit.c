@@ -47,13 +47,13 @@ static PyObject *larger(PyObject *a, long long va, PyObject *b, long long vb) {
 
 /* 1 applied, 0 not taken (fall back), -1 error. */
 static int audit_one(PyObject *seen, PyObject *seen_type, PyObject *key_type,
-                     PyObject *decoded, PyObject *slot_table) {
+                     PyObject *decoded, PyObject *slot_table, SlotCache *cache) {
     PyObject *kind = PyTuple_GET_ITEM(decoded, KV_KIND);
     PyObject *key_values = PyTuple_GET_ITEM(decoded, KV_KEY);
     PyObject *version = PyTuple_GET_ITEM(decoded, KV_VALUE_VERSION);
     PyObject *values = PyTuple_GET_ITEM(decoded, KV_VALUE);
     if (values == Py_None || version == Py_None) return 0;
-    PyObject *slots = native_value_slots(slot_table, kind, version);
+    PyObject *slots = native_cached_slots(cache, slot_table, kind, version);
     if (!slots) return PyErr_Occurred() ? -1 : 0;
 
     /* The key struct's first fields are the ShareKey's (native_slots checks the layouts). */
@@ -145,6 +145,7 @@ PyObject *native_share_audit(PyObject *self, PyObject *const *args, Py_ssize_t n
         PyErr_SetString(PyExc_ValueError, "records and decoded differ in length");
         return NULL;
     }
+    SlotCache cache = {NULL, NULL, NULL};
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PyList_GET_ITEM(decoded, i);
         if (!Py_IS_TYPE(item, (PyTypeObject *)key_value_type)
@@ -153,7 +154,7 @@ PyObject *native_share_audit(PyObject *self, PyObject *const *args, Py_ssize_t n
             || PyTuple_GET_ITEM(item, KV_KEY) == Py_None) {
             continue;
         }
-        int rc = audit_one(args[0], args[1], args[2], item, args[5]);
+        int rc = audit_one(args[0], args[1], args[2], item, args[5], &cache);
         if (rc == 0) {
             PyObject *res = PyObject_CallFunctionObjArgs(args[6], PyList_GET_ITEM(records, i),
                                                          item, NULL);

@@ -160,6 +160,20 @@ static inline PyObject *native_value_slots(PyObject *slot_table, PyObject *kind,
     return slots;
 }
 
+/* The ValueSlots last looked up in a loop over one call's records: the next record of the
+ * same kind and value version (the same objects, alive for the whole call) takes them
+ * without a lookup. Start each call with a zeroed one. */
+typedef struct {
+    PyObject *kind, *version, *slots;
+} SlotCache;
+static inline PyObject *native_cached_slots(SlotCache *cache, PyObject *slot_table,
+                                            PyObject *kind, PyObject *version) {
+    if (cache->slots && kind == cache->kind && version == cache->version) return cache->slots;
+    PyObject *slots = native_value_slots(slot_table, kind, version);
+    if (slots) *cache = (SlotCache){kind, version, slots};
+    return slots;
+}
+
 /* Raise sharestate.records.codec.DecodeError(message, position). Returns NULL. */
 PyObject *native_decode_error(Py_ssize_t position, const char *format, ...);
 /* 16 bytes -> Kafka's Uuid.toString() (22 chars of URL-safe base64). */

@@ -134,7 +134,7 @@ static int record_history(PyObject *ctx, PyObject *history, PyObject *offset, Py
 
 /* 1 applied (or skipped: it did not decode), 0 not taken (fall back), -1 error */
 static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *decoded,
-                     PyObject *slot_table, PyObject *history) {
+                     PyObject *slot_table, SlotCache *cache, PyObject *history) {
     if (!Py_IS_TYPE(decoded, (PyTypeObject *)key_value_type)) return 0;
     PyObject *kind = PyTuple_GET_ITEM(decoded, KV_KIND);
     PyObject *key_values = PyTuple_GET_ITEM(decoded, KV_KEY);
@@ -145,7 +145,7 @@ static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *de
      * came with its batch): applied, without a history entry. */
     if (error != Py_None || kind == Py_None || key_values == Py_None) return 1;
     if (values == Py_None || version == Py_None) return 0;
-    PyObject *slots = native_value_slots(slot_table, kind, version);
+    PyObject *slots = native_cached_slots(cache, slot_table, kind, version);
     if (!slots) return PyErr_Occurred() ? -1 : 0;
     PyObject *raw_batches = PyTuple_GET_ITEM(values, native_slot(slots, VALUE_SLOT_BATCHES));
     int valid = batches_valid(raw_batches, slots);
@@ -317,6 +317,7 @@ PyObject *native_share_apply(PyObject *self, PyObject *const *args, Py_ssize_t n
     int stopped = 0;
     PyObject *last_offset = Py_NewRef(Py_None), *last_ts = Py_NewRef(Py_None);
     PyObject *result = NULL;
+    SlotCache cache = {NULL, NULL, NULL};
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *record = PyList_GET_ITEM(records, i);
         PyObject *offset = native_record_field(record, RECORD_OFFSET);
@@ -331,7 +332,7 @@ PyObject *native_share_apply(PyObject *self, PyObject *const *args, Py_ssize_t n
             break;
         }
         PyObject *item = PyList_GET_ITEM(decoded, i);
-        if (rc > 0) rc = apply_one(ctx, offset, ts, item, slot_table, history);
+        if (rc > 0) rc = apply_one(ctx, offset, ts, item, slot_table, &cache, history);
         if (rc == 0) {
             PyObject *res = PyObject_CallFunctionObjArgs(fallback, record, item, NULL);
             rc = res ? 1 : -1;
