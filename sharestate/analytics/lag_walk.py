@@ -63,6 +63,8 @@ def walk_batches(batches: Iterable[pa.RecordBatch], lines: Mapping[Where, Timeli
 def walk_batches_py(batches: Iterable[pa.RecordBatch], lines: Mapping[Where, Timeline],
                     names: Mapping[str, str], horizon: int | None,
                     schema: pa.Schema) -> Iterator[Walked]:
+    """`walk_batches` in Python: the rows as tuples through `walk_groups` (the C walk's
+    twin)."""
 
     def items() -> Iterator[HistoryRow | GroupState]:
         for batch in batches:
@@ -100,7 +102,7 @@ def _valid(column: pa.Array) -> np.ndarray[Any, Any]:
     return np.ascontiguousarray(column.is_valid().to_numpy(zero_copy_only=False))
 
 
-def _ordered(values: list[int]) -> np.ndarray[Any, Any]:
+def _int64s(values: list[int]) -> np.ndarray[Any, Any]:
     return np.asarray(values, dtype=np.int64)
 
 
@@ -148,8 +150,8 @@ class _NativeWalk:
             for kind, name in (("exact", "exact_time"), ("stamped", "stamped_time"),
                                ("file", "file_time"), ("sample", "sample_time")):
                 starts[kind].append(len(flat[name]))
-        f = {name: _ordered(values) for name, values in flat.items()}
-        s = {name: _ordered(values) for name, values in starts.items()}
+        f = {name: _int64s(values) for name, values in flat.items()}
+        s = {name: _int64s(values) for name, values in starts.items()}
         return (f["topic"], f["partition"], s["exact"], f["exact_time"], f["exact_end"],
                 f["exact_src"], s["stamped"], f["stamped_time"], f["stamped_end"],
                 f["stamped_src"], s["file"], f["file_time"], f["file_max"], f["file_max_time"],
