@@ -25,7 +25,9 @@ from sharestate.log import (
     read_batches,
 )
 from sharestate.records import segment
+from sharestate.records.catalog import SHARE_STATE_TOPIC as SHARE
 from sharestate.records.catalog import dialect as catalog_dialect
+from sharestate.records.keyvalue import decode_key_value
 from sharestate.records.segment import (
     FindingCap,
     QuietRun,
@@ -39,6 +41,7 @@ from sharestate.tables.arrow_log import COLUMNS, ArrowLog
 from sharestate.tables.bronze import Split, read_split
 from sharestate.tables.gold import history_batch, history_columns
 from sharestate.tables.silver import group_rows, share_state_rows
+from sharestate.tables.spec import table
 from sharestate.tables.tasks import bronze_tables, silver_tables
 
 
@@ -127,6 +130,35 @@ def test_silver_share_rows_carry_the_decoded_values(path: Path) -> None:
             assert row["delivery_complete_count"] == (
                 value.get("delivery_complete_count", -1) if line["record_type"] and
                 row["dialect"] != "4.0" else None)
+
+
+def test_silver_rows_of_a_mixed_batch_are_the_rows_of_each_record_alone() -> None:
+    """Silver groups a batch's rows by value layout (dialect, type id, version) to build
+    their columns: records of both dialects (whose layouts of one type and version differ),
+    tombstones, values that do not decode and unknown record types, interleaved in one
+    batch, give the rows each record gives alone, in the decode job and in ingest (with the
+    decodings at hand)."""
+    parts = [_bronze(conformance_dir(release) / name) for release, name in (
+        ("kafka-4.0-dev", "share_interleaved.log"), ("kafka-4.4-dev", "share_tombstones.log"))]
+    rows = [r for part in parts for r in part.to_pylist() if r["row_kind"] == "record"]
+    rows = [r for pair in zip(rows[::2], rows[1::2], strict=False) for r in pair]  # interleaved
+    for i in range(0, len(rows), 7):  # a value cut short: its kind is known, it does not decode
+        if rows[i]["value"]:
+            rows[i] = {**rows[i], "value": rows[i]["value"][:-3]}
+    for i in range(3, len(rows), 11):  # a record type no dialect has
+        rows[i] = {**rows[i], "key": b"\x7f\x7f" + rows[i]["key"][2:]}
+    decoded = [decode_key_value(catalog_dialect(r["dialect"]), SHARE, r["key"], r["value"])
+               for r in rows]
+    rows = [{**r, "record_type_id": kv.type_id, "value_version": kv.value_version}
+            for r, kv in zip(rows, decoded, strict=True)]  # bronze holds what they decode to
+    assert {r["dialect"] for r in rows} == {"4.0", "4.1"}
+    assert sum(kv.error is not None and kv.kind is not None for kv in decoded) > 5
+    assert sum(kv.kind is None for kv in decoded) > 5
+    assert any(kv.value is None and kv.error is None for kv in decoded)
+    batch = pa.RecordBatch.from_pylist(rows, schema=table("log_records").arrow_schema())
+    alone = [share_state_rows(batch.slice(i, 1)).to_pylist()[0] for i in range(len(rows))]
+    assert share_state_rows(batch).to_pylist() == alone
+    assert share_state_rows(batch, decoded).to_pylist() == alone
 
 
 @pytest.mark.parametrize("path", _fixtures("*"), ids=lambda p: f"{p.parent.name}/{p.name}")

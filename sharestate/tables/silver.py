@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sharestate.coordinator.share_state import ABSENT_SLOTS, value_slots
 from sharestate.log import RawRecord
@@ -65,18 +66,22 @@ def share_state_rows(rows: pa.RecordBatch,
         decoded = _decode(_bronze(rows), "__share_group_state")
     n = len(decoded)
     all_kinds, errors, keys = transpose(decoded, ((1,), (5,), (2,)))
-    kind_ids = list(map(id, all_kinds))
+    kindless = np.fromiter(map(is_, all_kinds, repeat(None)), bool, n)
     ok = decoded if (  # usually every row decoded cleanly
-        not any(errors) and id(None) not in kind_ids and None not in keys) else _decoded_only(
+        not any(errors) and not kindless.any() and None not in keys) else _decoded_only(
         decoded, all_kinds, errors, keys)
     kinds, versions, values = transpose(ok, ((1,), (3,), (4,)))
     group, topic_id, partition = columns_of(ok, _KEY_COLUMNS)
-    out: dict[str, Any] = _value_columns(kinds, versions, values, rows.column("dialect"))
+    kind_of = (rows.column("dialect"), rows.column("record_type_id"))
+    out: dict[str, Any] = _value_columns(
+        _row_groups(*kind_of, rows.column("value_version"), keep=None if ok is decoded else
+                    np.fromiter(map(is_not, ok, repeat(None)), bool, n)),
+        kinds, versions, values, rows.column("dialect"))
     out.update({
         "state_topic": pa.repeat(pa.scalar("__share_group_state", pa.string()), n),
         "state_partition": rows.column("partition"), "segment": rows.column("segment"),
         "offset": rows.column("offset"), "timestamp": rows.column("timestamp"),
-        "record_type": _names(all_kinds, kind_ids),
+        "record_type": _names(all_kinds, _row_groups(*kind_of)),
         "is_control": rows.column("is_control").fill_null(False),
         "control_type": rows.column("control_type"), "producer_id": rows.column("producer_id"),
         "is_transactional": rows.column("is_transactional"), "group_id": group,
@@ -105,32 +110,50 @@ def _decoded_only(decoded: list[KeyValue | None], kinds: list[Any], errors: list
     return rows.tolist()  # type: ignore[no-any-return]
 
 
-def _names(kinds: list[Any], kind_ids: list[int]) -> pa.Array:
-    """The name of each record kind (`kind_ids`: their ids; null for None), looked up once
-    per distinct kind."""
-    by_id = dict(zip(kind_ids, kinds, strict=True))
-    codes = {ident: code for code, ident in enumerate(by_id)}
-    names = pa.array([None if kind is None else kind.name for kind in by_id.values()],
+Groups = tuple[np.ndarray, list[int]]
+"""Each row's group (numbered in order of first appearance) and each group's first row."""
+
+
+def _row_groups(*columns: pa.Array, keep: np.ndarray | None = None) -> Groups:
+    """The rows grouped by their values in `columns` (a null a value of its own), those not
+    kept (`keep` false) in one group of their own: hashed column-wise, no Python step per
+    row.
+
+    A record's kind is its dialect's for its type id, so rows of one dialect and type id
+    are rows of one kind (and with their value version, of one value layout)."""
+    n = len(columns[0])
+    key = np.zeros(n, np.int64)
+    for column in columns:
+        encoded = pc.dictionary_encode(column)
+        key = key * (len(encoded.dictionary) + 1) + encoded.indices.fill_null(-1).to_numpy() + 1
+    if keep is not None:
+        key[~keep] = -1
+    codes = pc.dictionary_encode(pa.array(key)).indices.to_numpy()
+    firsts = np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1) > 0)
+    return codes, firsts.tolist()
+
+
+def _names(kinds: list[Any], groups: Groups) -> pa.Array:
+    """The name of each row's record kind (null for None), `groups` the rows of one kind."""
+    codes, firsts = groups
+    names = pa.array([None if kinds[first] is None else kinds[first].name for first in firsts],
                      pa.string())
-    return names.take(pa.array(np.fromiter(map(codes.__getitem__, kind_ids), np.int32,
-                                           len(kinds))))
+    return names.take(pa.array(codes))
 
 
-def _value_columns(kinds: list[Any], versions: list[Any], values: list[Any],
+def _value_columns(layouts: Groups, kinds: list[Any], versions: list[Any], values: list[Any],
                    dialects: pa.Array) -> dict[str, pa.Array]:
     """The value fields (`_VALUE_FIELDS`, `state_batches`) of each row's decoded value, and
-    whether it is a tombstone (a known kind without a value version).
+    whether it is a tombstone (a known kind without a value version); `layouts` the rows of
+    one value layout (record kind and version).
 
-    Where a field sits in a value depends on its layout (record kind and version), so the
-    rows are ordered by layout, each layout's rows are transposed at once, and the columns
-    are put back in row order: no Python loop per row."""
-    n = len(values)
-    pairs = list(zip(map(id, kinds), versions, strict=True))
-    layouts = {pair: code for code, pair in enumerate(dict.fromkeys(pairs))}
-    codes = np.fromiter(map(layouts.__getitem__, pairs), np.int64, n)
+    Where a field sits in a value depends on its layout, so the rows are ordered by layout,
+    each layout's rows are transposed at once, and the columns are put back in row order:
+    no Python loop per row."""
+    codes, firsts = layouts
     order = np.argsort(codes, kind="stable")
-    ordered = [values[i] for i in order.tolist()] if len(layouts) > 1 else values
-    bounds = np.searchsorted(codes[order], np.arange(len(layouts) + 1))
+    ordered = list(map(values.__getitem__, order.tolist())) if len(firsts) > 1 else values
+    bounds = np.searchsorted(codes[order], np.arange(len(firsts) + 1))
     pieces: dict[str, list[pa.Array]] = {
         name: [] for name in (*_VALUE_FIELDS, "state_batches", "tombstone")}
     for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
@@ -152,7 +175,7 @@ def _value_columns(kinds: list[Any], versions: list[Any], values: list[Any],
         pieces["tombstone"].append(pa.repeat(pa.scalar(kind is not None and version is None),
                                              len(part)))
     columns = {name: pa.concat_arrays(chunks) for name, chunks in pieces.items()}
-    if len(layouts) > 1:
+    if len(firsts) > 1:
         back = pa.array(np.argsort(order, kind="stable"))
         columns = {name: column.take(back) for name, column in columns.items()}
     return columns
