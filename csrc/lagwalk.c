@@ -142,14 +142,19 @@ static int64_t where_key(int32_t topic, int64_t partition) {
 }
 
 /* (index of the last point at or before t, or -1; whether its value holds at t). */
+/* The first index of times[lo:hi] after t (Python's bisect_right). */
+static Py_ssize_t bisect_right(const int64_t *times, Py_ssize_t lo, Py_ssize_t hi,
+                               int64_t t) {
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (t < times[mid]) hi = mid; else lo = mid + 1;
+    }
+    return lo;
+}
+
 static Py_ssize_t bracket(const int64_t *times, const int64_t *ends, Py_ssize_t lo,
                           Py_ssize_t hi, int64_t t, int *holds) {
-    Py_ssize_t a = lo, b = hi;  /* bisect_right */
-    while (a < b) {
-        Py_ssize_t mid = a + (b - a) / 2;
-        if (t < times[mid]) b = mid; else a = mid + 1;
-    }
-    Py_ssize_t i = a - 1;
+    Py_ssize_t i = bisect_right(times, lo, hi, t) - 1;
     if (i < lo) return -1;
     *holds = times[i] == t || (i + 1 < hi && ends[i + 1] == ends[i]);
     return i;
@@ -177,12 +182,8 @@ static Estimate line_at(const Walk *w, int32_t k, int64_t t) {
     if (i >= 0)
         best = (Estimate){a[LINE_EXACT_END][i], a[LINE_EXACT_TIME][i],
                           (int8_t)a[LINE_EXACT_SRC][i], 1, 1, 0, 1};
-    Py_ssize_t lo = a[LINE_FILE_AT][k], hi = a[LINE_FILE_AT][k + 1], b = hi, j = lo;
-    while (j < b) {
-        Py_ssize_t mid = j + (b - j) / 2;
-        if (t < a[LINE_FILE_TIME][mid]) b = mid; else j = mid + 1;
-    }
-    j -= 1;
+    Py_ssize_t lo = a[LINE_FILE_AT][k];
+    Py_ssize_t j = bisect_right(a[LINE_FILE_TIME], lo, a[LINE_FILE_AT][k + 1], t) - 1;
     if (j >= lo && (!best.has_end || a[LINE_FILE_MAX][j] > best.end))
         best = (Estimate){a[LINE_FILE_MAX][j], a[LINE_FILE_MAX_TIME][j], SRC_FILE, 1, 1, 0, 1};
     return best;
