@@ -5,6 +5,7 @@ running service over HTTP."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import resource
 import subprocess
@@ -49,11 +50,18 @@ class Cluster:
         assert self.producer.flush(30) == 0
 
 
+CLIENT_LOG = logging.getLogger("tests.mock-cluster")
+"""Where the test's own clients log: a producer a finished test left to the garbage
+collector, outliving its cluster, logs connection failures; on stderr they would read as a
+later test's command's output."""
+
+
 def mock_cluster() -> Cluster:
-    holder = Producer({"test.mock.num.brokers": 1})
+    holder = Producer({"test.mock.num.brokers": 1, "logger": CLIENT_LOG})
     brokers = holder.list_topics(timeout=10).brokers.values()
     bootstrap = ",".join(f"{b.host}:{b.port}" for b in brokers)
-    return Cluster(bootstrap, Producer({"bootstrap.servers": bootstrap, "linger.ms": 5}), holder)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "logger": CLIENT_LOG})
+    return Cluster(bootstrap, producer, holder)
 
 
 def data_records(path: Path) -> list[RawRecord]:
