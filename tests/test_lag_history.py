@@ -16,8 +16,10 @@ from conftest import SimulatedWarehouse
 
 from sharestate.analytics.end_offsets import FILE, SEGMENTS, sampled
 from sharestate.analytics.lag import share_lag
+from sharestate.analytics.lag_bins import BIN_ROWS
 from sharestate.coordinator.share_state import SharePartitionState, StateBatch
 from sharestate.lake import open_lake
+from sharestate.spark.jobs import analytics as analytics_job
 from sharestate.spark.run import parser, run
 
 pytestmark = pytest.mark.slow
@@ -151,18 +153,23 @@ def test_the_last_point_agrees_with_the_lag_now(
     assert all(0 <= now[g] - last[g]["lag"] <= 49 * 4 for g in last)
 
 
+@pytest.mark.parametrize("bin_rows", [BIN_ROWS, 0], ids=["binned", "shuffled"])
 def test_a_rerun_writes_the_same_rows(spark: Any, simulated_warehouse: SimulatedWarehouse,
-                                      tmp_path: Path) -> None:
+                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      bin_rows: int) -> None:
+    """The same rows again, whether the walk's tasks read and sort their groups' rows
+    themselves or (every bin over the limit) Spark shuffles and sorts them."""
+    monkeypatch.setattr(analytics_job, "BIN_ROWS", bin_rows)
     sim = simulated_warehouse
     warehouse = tmp_path / "warehouse"
     shutil.copytree(sim.warehouse, warehouse)
     before = {name: _rows(spark, warehouse, name)
-              for name in ("topic_end_offsets", "share_group_lag_history")}
+              for name in ("topic_end_offsets", "share_group_lag_history", "lag_state")}
     assert run(parser().parse_args(["--warehouse", str(warehouse), "--end-offsets",
                                     str(sim.end_offsets), "--end-offsets-from", str(sim.logs)]),
                ("analytics",)) == 1
     def key(row: dict[str, Any]) -> list[tuple[str, str]]:
-        return sorted((k, str(v)) for k, v in row.items())
+        return sorted((k, str(v)) for k, v in row.items() if k != "run_id")
 
     for name, rows in before.items():
-        assert sorted(_rows(spark, warehouse, name), key=key) == sorted(rows, key=key), name
+        assert sorted(map(key, _rows(spark, warehouse, name))) == sorted(map(key, rows)), name

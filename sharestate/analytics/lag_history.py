@@ -103,25 +103,32 @@ READ_ROWS: Final = 65_536
 def read_history_files(tasks: Iterator[pa.RecordBatch], wanted: pa.Schema,
                        since: int | None = None) -> Iterator[pa.RecordBatch]:
     """`lag_inputs` of the rows stamped after `since` (None: every row) of the history data
-    files each row of `tasks` names (`HISTORY_FILES`), read here, a batch at a time; a
-    column a file lacks (written before the column was) is null, of its type in the table's
-    schema `wanted`."""
+    files each row of `tasks` names (`HISTORY_FILES`), read here, a batch at a time."""
     for task in tasks:
         for uris, partitions in zip(task.column("uris").to_pylist(),
                                     task.column("state_partitions").to_pylist(), strict=True):
             for uri, partition in zip(uris, partitions, strict=True):
-                source = pq.ParquetFile(uri)
-                present = [c for c in HISTORY_COLUMNS if c in source.schema_arrow.names]
-                for rows in source.iter_batches(batch_size=READ_ROWS, columns=present):
-                    n = rows.num_rows
-                    columns = {name: rows.column(name) for name in present}
-                    columns["state_partition"] = pa.repeat(pa.scalar(partition, pa.int32()), n)
-                    batch = pa.RecordBatch.from_arrays(
-                        [columns.get(name, pa.nulls(n, wanted.field(name).type))
-                         for name in HISTORY_COLUMNS], names=list(HISTORY_COLUMNS))
-                    if since is not None:
-                        batch = batch.filter(pc.greater(batch.column("timestamp"), since))
-                    yield lag_inputs(batch)
+                yield from map(lag_inputs, history_batches(uri, partition, wanted, since))
+
+
+def history_batches(uri: str, partition: int, wanted: pa.Schema,
+                    since: int | None = None) -> Iterator[pa.RecordBatch]:
+    """The `HISTORY_COLUMNS` of the rows stamped after `since` (None: every row) of the
+    history data file `uri` of state partition `partition`, a batch at a time; a column the
+    file lacks (written before the column was) is null, of its type in the table's schema
+    `wanted`."""
+    source = pq.ParquetFile(uri)
+    present = [c for c in HISTORY_COLUMNS if c in source.schema_arrow.names]
+    for rows in source.iter_batches(batch_size=READ_ROWS, columns=present):
+        n = rows.num_rows
+        columns = {name: rows.column(name) for name in present}
+        columns["state_partition"] = pa.repeat(pa.scalar(partition, pa.int32()), n)
+        batch = pa.RecordBatch.from_arrays(
+            [columns.get(name, pa.nulls(n, wanted.field(name).type))
+             for name in HISTORY_COLUMNS], names=list(HISTORY_COLUMNS))
+        if since is not None:
+            batch = batch.filter(pc.greater(batch.column("timestamp"), since))
+        yield batch
 
 
 def _int64(column: pa.Array) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -32,6 +32,13 @@ from sharestate.analytics.audit import (
 from sharestate.analytics.end_offset_sources import file_rows, observe
 from sharestate.analytics.end_offsets import Timeline, Where, merge_rows, sample_times, timelines
 from sharestate.analytics.lag import FILE, lag_rows
+from sharestate.analytics.lag_bins import (
+    BIN_ROWS,
+    WALK_BINS,
+    bin_inputs,
+    deal,
+    group_rows,
+)
 from sharestate.analytics.lag_history import (
     HISTORY_COLUMNS,
     HISTORY_FILES,
@@ -71,6 +78,8 @@ CONSUMERS = f"SELECT DISTINCT group_id, topic_id, partition FROM {HISTORY_VIEW}"
 GROUP_TIMES = f"""SELECT DISTINCT group_id, timestamp FROM {HISTORY_VIEW}
                   WHERE timestamp IS NOT NULL"""
 BATCH_ROWS = 10_000
+Read = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+"""How a task makes its history rows of its input batches."""
 
 
 def _decode_error_findings(lake: Lake, warehouse: Warehouse) -> list[dict[str, Any]]:
@@ -150,6 +159,8 @@ class _Walk:
     run_id: str
     history_version: int
     horizon: int | None
+    read: Read | None = None
+    """What makes the task's history rows of its input (None: the input is the rows)."""
 
 
 def _lag_history_task(batches: Iterator[pa.RecordBatch], walk: _Walk
@@ -159,7 +170,8 @@ def _lag_history_task(batches: Iterator[pa.RecordBatch], walk: _Walk
     each group's `lag_state` row."""
     states: list[dict[str, Any]] = []
     schema = table("share_group_lag_history").arrow_schema()
-    for item in walk_batches(batches, walk.lines, walk.names, walk.horizon, schema):
+    rows = batches if walk.read is None else walk.read(batches)
+    for item in walk_batches(rows, walk.lines, walk.names, walk.horizon, schema):
         if isinstance(item, GroupState):
             states.append(state_row(item, walk.names, walk.run_id, walk.history_version,
                                     walk.horizon))
@@ -245,6 +257,41 @@ def _walk_input(spark: SparkSession, lake: Lake, history: TablePath,
         schema)
 
 
+def _walk_bins(spark: SparkSession, files: list[ActiveFile], since: int | None,
+               saved: Mapping[str, str]) -> tuple[DataFrame, Read] | None:
+    """The walk's tasks with no shuffle (`sharestate.analytics.lag_bins`): one a bin of
+    groups, which reads the data files `files` (rows stamped after `since`), and what makes
+    its input of a task (its groups' rows, each group's saved walk in `saved` first); None
+    when a bin would hold too many rows to sort in memory."""
+    counts = group_rows(f.uri for f in files if f.records)
+    counts.update(dict.fromkeys(saved, 0))
+    bins = deal(counts, spark.sparkContext.defaultParallelism, BIN_ROWS)
+    if bins is None:
+        return None
+    read = [f for f in files if f.records]
+    uris = [f.uri for f in read]
+    partitions = [int(f.partition_values["state_partition"]) for f in read]
+    tasks = [(groups, [saved.get(g) for g in groups], uris, partitions) for groups in bins]
+    wanted = table(HISTORY_VIEW).arrow_schema()
+    return (one_task_each(spark, tasks or [([], [], [], [])], WALK_BINS),
+            partial(bin_inputs, wanted=wanted, since=since))
+
+
+def _shuffled(spark: SparkSession, lake: Lake, history: TablePath,
+              files: list[ActiveFile] | None, since: int | None, saved: Mapping[str, str]
+              ) -> DataFrame:
+    """The walk's input by Spark: the history rows stamped after `since` (`_walk_input`)
+    and the saved walks `saved`, each group's in one task and in `INPUT_ORDER`."""
+    from pyspark.sql import functions as F
+
+    rows = _walk_input(spark, lake, history, files, since).withColumn(
+        "resume", F.lit(None).cast("string"))
+    if saved:
+        rows = rows.unionByName(spark.createDataFrame(
+            list(saved.items()), "group_id string, resume string"), allowMissingColumns=True)
+    return rows.repartition("group_id").sortWithinPartitions(*INPUT_ORDER)
+
+
 def _lag_history(spark: SparkSession, lake: Lake, warehouse: Warehouse,
                  ends: tuple[list[dict[str, Any]], list[dict[str, Any]]],
                  names: dict[str, str], run_id: str, metadata: dict[str, str]) -> None:
@@ -252,28 +299,22 @@ def _lag_history(spark: SparkSession, lake: Lake, warehouse: Warehouse,
     group's walk goes on from its `lag_state` row over the history rows after the last
     moment it kept, rewriting the provisional rows, when nothing before has changed; else
     every group is walked from the start and both tables replaced."""
-    from pyspark.sql import functions as F
-
     history = warehouse.path(HISTORY_VIEW)
     version = lake.version(history)
     files = lake.active_files(history)
     found = _resume(lake, warehouse, ends, names, files)
     lag_path = warehouse.path("share_group_lag_history")
-    if found is None:
-        rows = _walk_input(spark, lake, history, files, None)
-        kept = Target(lag_path, [{}])
-    else:
-        resume, recent = found
-        saved = spark.createDataFrame(
-            [(row["group_id"], json.dumps(row)) for row in resume.states],
-            "group_id string, resume string")
-        rows = _walk_input(spark, lake, history, recent, resume.since).withColumn(
-            "resume", F.lit(None).cast("string")).unionByName(saved, allowMissingColumns=True)
-        kept = Target(lag_path, [], drop=[{"time": (">", resume.since)}], appends=True)
-    rows = rows.repartition("group_id").sortWithinPartitions(*INPUT_ORDER)
+    since, read, saved = None, files, {}
+    kept = Target(lag_path, [{}])
+    if found is not None:
+        resume, read = found
+        since, saved = resume.since, {row["group_id"]: json.dumps(row) for row in resume.states}
+        kept = Target(lag_path, [], drop=[{"time": (">", since)}], appends=True)
+    binned = None if read is None else _walk_bins(spark, read, since, saved)
+    rows, reader = binned or (_shuffled(spark, lake, history, read, since, saved), None)
     horizon = _horizon(files)
     ids = {name: topic_id for topic_id, name in names.items()}
-    walk = _Walk(timelines(ends[1], ids), names, run_id, version, horizon)
+    walk = _Walk(timelines(ends[1], ids), names, run_id, version, horizon, reader)
     targets = {"share_group_lag_history": kept,
                **({} if horizon is None else {PROVISIONAL: Target(lag_path, [], appends=True,
                                                                   last=True)}),
