@@ -135,6 +135,18 @@ def null_record_batch(offset: int, count: int) -> bytes:
     return bytes(out)
 
 
+def update_tombstone_batch(offset: int, count: int) -> bytes:
+    """One batch of `count` ShareUpdate-key tombstones (a key, no value) of one
+    share-partition: each a finding of the replay (Kafka's throws on it)."""
+    from sharestate.coordinator.share_state import UPDATE_TYPE, ShareKey
+    from sharestate.log import RawRecord
+    from sharestate.persister.record_codec import ShareRecordCodec
+
+    key = ShareRecordCodec("4.1").key_bytes(UPDATE_TYPE, ShareKey("g", "A" * 21 + "Q", 0))
+    return build_batch([RawRecord(at, 1_700_000_000_000, -1, key, None, ())
+                        for at in range(offset, offset + count)])
+
+
 def fake_header(length: int) -> bytes:
     """A v2 batch header (and the first bytes of a gzip payload) passing every cheap check
     of resynchronisation, declaring `length` and a CRC that matches nothing."""

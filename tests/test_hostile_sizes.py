@@ -10,7 +10,10 @@ without a traceback or exit 70, exits 1, and reports the same findings as the ot
 - `crc_bad`: a 2 MB `.log.gz` of 4 KiB batches failing their CRC, about 350 MB inflated,
   each a finding with its bytes (state passed 4.5 GB);
 - `count_and_order`: Kafka's segment with a marker declaring 0 records (CRC valid), a batch
-  copied, two batches swapped and a flipped bit of a base offset (all read with exit 0).
+  copied, two batches swapped and a flipped bit of a base offset (all read with exit 0);
+- `update_tombstones`: 300,000 ShareUpdate-key tombstones, 9.9 MB, every record a finding
+  of the replay (on which Kafka's throws), through `run` (a Python worker of its replay
+  held each one, 755 MB).
 
 decode writes a line per record, about 11 µs each here: on the 6 M records of
 `null_records` that is over a minute, so its share of that case is 10 of the batches. Time
@@ -36,8 +39,10 @@ from typing import Any
 import damage
 import pytest
 from conftest import conformance_dir
+from deltalake import DeltaTable
 
-from sharestate.log import RawRecord, build_batch
+from sharestate.app.cli import main
+from sharestate.log import RawRecord, SegmentWriter, build_batch
 
 SHARE = "__share_group_state"
 COMMANDS = ("decode", "state", "prune", "offsets")
@@ -96,6 +101,16 @@ def count_and_order(root: Path) -> Path:
                                             spans[1].size])
     path = _folder(root, "count_and_order") / "00000000000000000000.log"
     path.write_bytes(out)
+    return path
+
+
+def update_tombstones(root: Path, records: int = 300_000, first: int = 0) -> Path:
+    """A segment of `records` ShareUpdate-key tombstones from offset `first`, 1,000 a batch,
+    in `root`'s `update_tombstones` log."""
+    with SegmentWriter(root / "update_tombstones", SHARE, 0) as writer:
+        for base in range(first, first + records, 1000):
+            writer.append(damage.update_tombstone_batch(base, min(1000, first + records - base)))
+    (path,) = writer.paths
     return path
 
 
@@ -181,9 +196,16 @@ def test_the_pipeline_on_many_failing_records_stays_within_bounds(tmp_path: Path
     decode_errors, no traceback, and no process of the run (the driver, its JVM, the Python
     workers) above 600 MB. The other crafted inputs through `run` are timed in
     docs/benchmarks.md (about 10-20 s each here)."""
-    source = null_records(tmp_path).parent
+    out = _pipeline(null_records(tmp_path).parent, tmp_path / "warehouse")
+    assert "log_records 6000000, decode_errors 1001," in out, out
+
+
+def _pipeline(source: Path, warehouse: Path) -> str:
+    """`sharestate run` of `source` into `warehouse` in a process of its own, checked to exit
+    1 without a traceback and with no process of the run (the driver, its JVM, the Python
+    workers) above 600 MB: its stdout."""
     run = subprocess.Popen([sys.executable, "-m", "sharestate", "run", "--source", str(source),
-                            "--warehouse", str(tmp_path / "warehouse")],
+                            "--warehouse", str(warehouse)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peaks: dict[int, int] = {}
 
@@ -198,5 +220,38 @@ def test_the_pipeline_on_many_failing_records_stays_within_bounds(tmp_path: Path
     out, err = run.communicate(timeout=500)
     watcher.join()
     assert "Traceback" not in err and run.returncode == 1, (run.returncode, err[-3000:])
-    assert "log_records 6000000, decode_errors 1001," in out, out
+    print(source.name, "run", sorted(peak >> 10 for peak in peaks.values()))
     assert len(peaks) >= 3 and max(peaks.values()) < PEAK_KIB, sorted(peaks.values())
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_pipeline_lists_the_replays_findings_as_state_does(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`run` on `update_tombstones` stays within bounds, and its audit_findings are the
+    findings `state` prints: the partition's first 1,000 in full, then one omitted_findings
+    per code saying how many more (it wrote a row per record). A second run, over one more
+    segment, goes on from the first one's replay_state (the rows it listed stay in their
+    files) and counts on, as one run over both segments would."""
+    path = update_tombstones(tmp_path)
+    assert path.stat().st_size < 10 << 20
+    warehouse = tmp_path / "warehouse"
+    listed_in = []
+    for more in (0, 500):
+        if more:
+            update_tombstones(tmp_path, more, first=300_000)
+        _pipeline(path.parent.parent, warehouse)
+        audit = DeltaTable(str(warehouse / "audit_findings"))
+        rows = Counter((f"{r['topic']}-{r['partition']}", r["offset"], r["rule"], r["message"])
+                       for r in audit.to_pyarrow_table().to_pylist())
+        assert main(["state", str(path.parent), "-o", os.devnull]) == 1
+        printed: Counter[tuple[Any, ...]] = Counter()
+        for line in capsys.readouterr().err.splitlines():
+            if line.startswith(f"{SHARE}-0 offset "):  # the replay's: `log offset N: code: ...`
+                where, code, message = line.split(": ", 2)
+                name, _, offset = where.split()
+                printed[(name, int(offset), code.replace("-", "_"), message)] += 1
+        assert rows == printed and sum(rows.values()) == 1001, rows.most_common(3)
+        listed_in.append({uri for uri in audit.file_uris() if "rule=update_tombstone" in uri})
+    assert listed_in[0] == listed_in[1]

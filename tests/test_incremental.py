@@ -2,31 +2,36 @@
 going on from the `replay_state` row the previous one made and reading only the bronze rows
 above it (older segments removed from bronze's reading, as Kafka deletes them), appends the
 history and findings and replaces the state tables with exactly what one run over all the
-days gives — on Kafka's fixture logs and a simulated one. (The Spark job and the pipeline:
-tests/test_pipeline_incremental.py.)
+days gives — on Kafka's fixture logs, a simulated one, and a log of more findings than the
+replay lists (their count goes on from one day to the next). (The Spark job and the
+pipeline: tests/test_pipeline_incremental.py.)
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import damage
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from conftest import conformance_dir
 
-from sharestate.log import discover
+from sharestate.log import SegmentWriter, discover
 from sharestate.records.catalog import SHARE_STATE_TOPIC
 from sharestate.simulate import SimulationConfig, simulate
 from sharestate.tables.bronze import Split, read_split
 from sharestate.tables.gold_pass import GoldOptions
+from sharestate.tables.replay_state import finding_limit, resumable
 from sharestate.tables.spec import table
 from sharestate.tables.tasks import REPLAY_TASKS, replay_partitions
 
 APPENDED = ("share_partition_state_history", "audit_findings")
-"""The tables a run appends to; it replaces the others."""
+"""The tables a run appends to; it replaces the others (and its partition's
+`omitted_findings` rows: the findings counted past those listed)."""
 DAYS = 4
 
 
@@ -73,8 +78,8 @@ def _days(tmp_path: Path, rows: pa.Table) -> list[dict[str, Any]]:
     return files
 
 
-def _check(tmp_path: Path, rows: pa.Table) -> None:
-    options = GoldOptions(run_id="run", started_at=1)
+def _check(tmp_path: Path, rows: pa.Table, max_findings: int = 1000) -> None:
+    options = GoldOptions(run_id="run", started_at=1, max_findings=max_findings)
     files = _days(tmp_path, rows)
     whole = _run(files, None, options)
     assert whole["share_partition_state_history"] and whole["replay_state"]
@@ -86,8 +91,8 @@ def _check(tmp_path: Path, rows: pa.Table) -> None:
         present = files[max(0, day - 2):day + 1]
         out = _run(present, state, options)
         for name in set(tables) | set(out):
-            tables[name] = ([*tables.get(name, []), *out.get(name, [])] if name in APPENDED
-                            else out.get(name, []))
+            kept = [row for row in tables.get(name, []) if row.get("rule") != "omitted_findings"]
+            tables[name] = [*kept, *out.get(name, [])] if name in APPENDED else out.get(name, [])
         (state,) = out["replay_state"]
     assert _comparable(tables) == _comparable(whole)
 
@@ -103,3 +108,32 @@ def test_day_by_day_equals_one_run_on_a_simulated_log(tmp_path: Path) -> None:
     simulate(SimulationConfig(records=5000, seed=2, state_partitions=1, snapshot_limit=20,
                               poison_rate=0.02), logs)
     _check(tmp_path, _records(sorted((logs / f"{SHARE_STATE_TOPIC}-0").glob("*.log"))))
+
+
+@pytest.mark.parametrize("max_findings", [15, 150])
+def test_day_by_day_counts_findings_past_the_cap_as_one_run(tmp_path: Path,
+                                                           max_findings: int) -> None:
+    """400 ShareUpdate-key tombstones, each a finding of the replay, 100 a day: the first
+    `max_findings` of the partition listed (on the first day, or over two) and the rest
+    counted on from day to day, one omitted_findings row in the end as in one run."""
+    with SegmentWriter(tmp_path / "log", SHARE_STATE_TOPIC, 0) as writer:
+        for base in range(0, 400, 10):
+            writer.append(damage.update_tombstone_batch(base, 10))
+    rows = _records(writer.paths)
+    _check(tmp_path, rows, max_findings)
+    whole = _run(_days(tmp_path, rows), None, GoldOptions(max_findings=max_findings))
+    assert Counter(row["rule"] for row in whole["audit_findings"]) == {
+        "update_tombstone": max_findings, "omitted_findings": 1}
+
+
+def test_a_state_goes_on_only_under_the_cap_it_was_made_with(tmp_path: Path) -> None:
+    """A `replay_state` row lists findings under its `--max-findings`: a run with another
+    replays the partition from its log start (its findings would differ from one run's)."""
+    with SegmentWriter(tmp_path / "log", SHARE_STATE_TOPIC, 0) as writer:
+        writer.append(damage.update_tombstone_batch(0, 10))
+    (state,) = _run(_days(tmp_path, _records(writer.paths)), None,
+                    GoldOptions(max_findings=5))["replay_state"]
+    assert finding_limit(state["state"]) == 5
+    assert resumable(state, GoldOptions(max_findings=5))
+    assert not resumable(state, GoldOptions(max_findings=6))
+    assert finding_limit(state["state"][:len(state["state"]) // 2]) is None  # damaged

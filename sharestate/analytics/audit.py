@@ -14,7 +14,9 @@ Rules, severity, and what feeds them:
 - `shard_finding_rows` (`ShareShard.findings`, code in snake case): `update_tombstone` error
   (Kafka's loader fails on it), `invalid_state_batch` error, `unknown_record_type` warning
   (Kafka skips it), `snapshot_tombstone_replay_failed` warning (a 4.0-dev replay defect),
-  `pending_discarded` info (`transactional-acks` semantics).
+  `pending_discarded` info (`transactional-acks` semantics). Past a partition's first
+  `--max-findings` they are counted, not listed (`FindingCap`, as `state` does):
+  `omitted_findings` (`omitted_finding_rows`), one per code, of that code's severity.
 - `log_finding_rows` (framing, CRC, decompression, undecodable records of either topic):
   `decode_error`, error.
 - `cross_topic_rows` (share groups' metadata against the keys with state, `share_checks`):
@@ -62,7 +64,7 @@ from sharestate.coordinator.share_state import (
 from sharestate.log import ControlRecord, LogFinding, RawRecord
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.records.keyvalue import KeyValue
-from sharestate.records.segment import DecodedBatch, LogItem, QuietRun
+from sharestate.records.segment import DecodedBatch, FindingCap, LogItem, QuietRun
 from sharestate.replay.share_log import native_slots
 
 INFO: Final = "info"
@@ -89,6 +91,7 @@ RULES: Final[Mapping[str, Rule]] = {
     "unknown_record_type": Rule(WARNING, "replay"),
     "snapshot_tombstone_replay_failed": Rule(WARNING, "replay"),
     "pending_discarded": Rule(INFO, "replay"),
+    "omitted_findings": Rule(WARNING, "replay"),
     "orphaned_state": Rule(WARNING, "analytics"),
     "initialized_without_state": Rule(WARNING, "analytics"),
     "stuck_deleting": Rule(WARNING, "analytics"),
@@ -456,14 +459,35 @@ def shard_finding_rows(findings: Iterable[ShardFinding], partition: int | None,
                        topic: str = SHARE_STATE_TOPIC) -> Iterator[Row]:
     """A row per `ShareShard.findings` entry; the rule is its code in snake case."""
     for f in findings:
-        rule = f.code.replace("-", "_")
+        rule = _shard_rule(f.code)
         key = f.key
-        known = RULES.get(rule)
-        yield finding_row(rule, f.message, severity=known.severity if known else WARNING,
-                          topic=topic, partition=partition, offset=f.offset,
+        yield finding_row(rule, f.message, severity=_severity(rule), topic=topic,
+                          partition=partition, offset=f.offset,
                           group_id=key.group_id if key else None,
                           topic_id=key.topic_id if key else None,
                           share_partition=key.partition if key else None)
+
+
+def omitted_finding_rows(cap: FindingCap, partition: int | None,
+                         topic: str = SHARE_STATE_TOPIC) -> Iterator[Row]:
+    """An `omitted_findings` row per `ShareShard.findings` code that `cap` counted past those
+    it listed: the `FindingCap.summary` finding `state` prints, at the first one's offset,
+    of the severity of that code's rule (`detail`: the rule and how many)."""
+    for summary, (code, (count, _, _)) in zip(cap.summary(), cap.omitted.items(),
+                                               strict=True):
+        rule = _shard_rule(code)
+        yield finding_row("omitted_findings", summary.message, severity=_severity(rule),
+                          topic=topic, partition=partition, offset=summary.offset,
+                          detail={"rule": rule, "count": count})
+
+
+def _shard_rule(code: str) -> str:
+    return code.replace("-", "_")
+
+
+def _severity(rule: str) -> str:
+    known = RULES.get(rule)
+    return known.severity if known else WARNING
 
 
 def log_finding_rows(findings: Iterable[LogFinding], topic: str,

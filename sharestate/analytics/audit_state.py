@@ -1,8 +1,9 @@
 """What the pipeline's audit of a partition remembers, as snapshot tables and back: the share
 rules' memory of each live and deleted share-partition (`ShareAuditor`) and the open
-transactions (`TransactionAuditor`), the tables `audit_keys`, `audit_deleted` and
-`audit_transactions` of `schemas/state/`, kept in `replay_state` with the replay's snapshot
-so a run goes on from where the last one stopped."""
+transactions (`TransactionAuditor`), and the findings of the replay counted past those it
+lists (`FindingCap`): the tables `audit_keys`, `audit_deleted`, `audit_transactions` and
+`audit_cap` of `schemas/state/`, kept in `replay_state` with the replay's snapshot so a run
+goes on from where the last one stopped."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pyarrow as pa
 
 from sharestate.analytics.audit import OpenTransaction, ShareAuditor, TransactionAuditor, _Seen
 from sharestate.coordinator.share_state import ShareKey
+from sharestate.records.segment import FindingCap
 from sharestate.replay.snapshot import table_of
 
 
@@ -61,3 +63,21 @@ def restore_transactions(auditor: TransactionAuditor, tables: Mapping[str, pa.Ta
         row["producer_id"], row["first_offset"], row["last_offset"], row["records"],
         frozenset([*map(_share_key, row["share_partitions"]), *row["groups"]]))
         for row in tables["audit_transactions"].to_pylist())
+
+
+def cap_table(cap: FindingCap) -> dict[str, pa.Table]:
+    """How many findings a partition's replay lists and those it counted past them."""
+    return {"audit_cap": table_of("audit_cap", [{"limit": cap.limit, "omitted": [
+        {"kind": kind, "count": count, "position": position, "offset": offset}
+        for kind, (count, position, offset) in cap.omitted.items()]}])}
+
+
+def restore_cap(tables: Mapping[str, pa.Table], source: str, listed: int) -> FindingCap:
+    """The `FindingCap` `cap_table` took, `listed` findings listed under it (the restored
+    shard's)."""
+    (row,) = tables["audit_cap"].to_pylist()
+    cap = FindingCap(row["limit"], source, "partition")
+    cap.left = max(0, cap.limit - listed)
+    cap.omitted = {counted["kind"]: [counted["count"], counted["position"], counted["offset"]]
+                   for counted in row["omitted"]}
+    return cap

@@ -50,7 +50,7 @@ SHARE_TABLES = ("share_replay", "share_keys", "share_pending", "prune_ledger", "
 GROUP_TABLES = ("group_replay", "committed_offsets", "pending_offsets", "groups",
                 "group_members", "target_assignments", "share_group_metadata",
                 "group_anomalies", "skipped_records", "log_findings")
-AUDIT_TABLES = ("audit_keys", "audit_deleted", "audit_transactions")
+AUDIT_TABLES = ("audit_keys", "audit_deleted", "audit_transactions", "audit_cap")
 """What the pipeline's audit of a partition remembers (`sharestate.analytics.audit_state`),
 kept with the replay's snapshot in `replay_state`."""
 
@@ -195,6 +195,20 @@ def decode(data: bytes) -> list[Snapshot]:
         snapshots.setdefault((row["topic"], row["partition"]), {})[row["table"]] = table
     return [Snapshot(topic, partition, tables)
             for (topic, partition), tables in snapshots.items()]
+
+
+def read_table(data: bytes, name: str) -> pa.Table | None:
+    """Table `name` of the first snapshot `encode` wrote in `data`, read alone (the others
+    stay bytes); None when it holds none, or `data` is no snapshot's."""
+    try:
+        envelope = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+        if name not in schema_names() or not envelope.schema.remove_metadata().equals(ENVELOPE):
+            return None
+        at = envelope["table"].to_pylist().index(name)
+        table = pa.ipc.open_stream(envelope["data"][at].as_buffer()).read_all()
+    except (pa.ArrowInvalid, OSError, ValueError):
+        return None
+    return table if table.schema.equals(schema(name)) else None
 
 
 @cache

@@ -111,8 +111,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    metavar="N", help="refuse (as a decode error) a batch declaring more "
                                      "records than this (default %(default)s)")
     p.add_argument("--max-findings", type=arguments.count, default=DEFAULT_MAX_FINDINGS,
-                   metavar="N", help="decode errors of a segment listed one by one; the rest "
-                                     "are counted, one omitted_findings row per kind "
+                   metavar="N", help="decode errors of a segment, and a partition's replay "
+                                     "findings, listed one by one; the rest are counted, "
+                                     "one omitted_findings row per kind "
                                      "(default %(default)s)")
     p.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
                    help="client setting for a kafka:// source, e.g. security.protocol=SASL_SSL "
@@ -180,7 +181,8 @@ def options(args: argparse.Namespace) -> GoldOptions:
     return GoldOptions(as_of=AsOf(offset=args.as_of_offset, time=args.as_of_time),
                        semantics=args.semantics,
                        snapshot_update_records_per_snapshot=args.snapshot_update_records,
-                       retention_minutes=args.retention_minutes)
+                       retention_minutes=args.retention_minutes,
+                       max_findings=args.max_findings)
 
 
 def _check_clusters(sources: Sequence[str], kafka_options: dict[str, str],

@@ -25,12 +25,24 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sharestate.analytics.audit import ShareAuditor, TransactionAuditor, shard_finding_rows
-from sharestate.analytics.audit_state import restore_share_audit, share_audit_tables
+from sharestate.analytics.audit import (
+    ShareAuditor,
+    TransactionAuditor,
+    omitted_finding_rows,
+    shard_finding_rows,
+)
+from sharestate.analytics.audit_state import (
+    cap_table,
+    restore_cap,
+    restore_share_audit,
+    share_audit_tables,
+)
 from sharestate.analytics.offsets import OffsetHistory
 from sharestate.coordinator.shard import KAFKA
 from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
+from sharestate.log import DEFAULT_MAX_FINDINGS
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
+from sharestate.records.segment import FindingCap
 from sharestate.replay.group_log import replay_group_log
 from sharestate.replay.logs import END, AsOf
 from sharestate.replay.prune import prune_recommendation
@@ -74,6 +86,9 @@ class GoldOptions:
     semantics: str = KAFKA
     snapshot_update_records_per_snapshot: int = DEFAULT_SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT
     retention_minutes: int = 10080
+    max_findings: int = DEFAULT_MAX_FINDINGS
+    """A partition's replay findings listed one by one, the rest counted per kind (as
+    `state --max-findings` lists them)."""
     run_id: str = ""
     started_at: int = 0
     """When the run's replay began, epoch ms (`replay_state.committed_at`)."""
@@ -120,8 +135,9 @@ def share_partition_gold(partition: int, rows: Iterable[pa.RecordBatch],
     """Gold rows of one `__share_group_state` partition: its bronze rows replayed from its
     log start, or with `state` (its `replay_state` row's) from that state, `rows` being the
     ones above it. Either way the history, audit findings and shard findings of the records
-    it applies, the partition's state tables whole, and (with no stop point) its new
-    `replay_state` row."""
+    it applies (the shard's first `max_findings` of the partition's log listed, the rest
+    counted: its `omitted_findings` rows, whole), the partition's state tables whole, and
+    (with no stop point) its new `replay_state` row."""
     slices = iter(rows)
     first = next(slices, None)
     taken = decode(state)[0] if state is not None else None
@@ -131,16 +147,20 @@ def share_partition_gold(partition: int, rows: Iterable[pa.RecordBatch],
         return
     auditor = ShareAuditor(partition, dialects=(dialect,))
     history = history_columns(dialect)
+    name = f"{SHARE_STATE_TOPIC}-{partition}"
     if taken is not None:
         replay = ShareReplay.restore(taken, as_of=options.as_of, history=history.rows,
                                      observe=auditor.batch)
         restore_share_audit(auditor, taken.tables)
+        cap = restore_cap(taken.tables, name, len(replay.result.shard.findings))
     else:
+        cap = FindingCap(options.max_findings, name, "partition")
         replay = ShareReplay(share_state(SHARE_STATE_TOPIC, partition, (dialect,),
                                          semantics=options.semantics,
                                          snapshot_update_records_per_snapshot=(
                                              options.snapshot_update_records_per_snapshot)),
                              as_of=options.as_of, history=history.rows, observe=auditor.batch)
+    replay.result.shard.cap = cap
     known = len(replay.result.shard.findings)
     log = ArrowLog(SHARE_STATE_TOPIC, partition,
                    [] if first is None else chain([first], slices), dialect)
@@ -156,10 +176,11 @@ def share_partition_gold(partition: int, rows: Iterable[pa.RecordBatch],
     yield "share_partition_state", state_batch(result)
     yield rows_of("prune_recommendations", [prune_recommendation(result)])
     yield rows_of("audit_findings", [
-        *auditor.drain(), *shard_finding_rows(result.shard.findings[known:], partition)])
+        *auditor.drain(), *shard_finding_rows(result.shard.findings[known:], partition),
+        *omitted_finding_rows(cap, partition)])
     if options.as_of.unbounded:
         snapshot = replay.snapshot()
-        tables = {**snapshot.tables, **share_audit_tables(auditor)}
+        tables = {**snapshot.tables, **share_audit_tables(auditor), **cap_table(cap)}
         yield rows_of("replay_state", [state_row(
             Snapshot(snapshot.topic, snapshot.partition, tables), result.last_applied_offset,
             result.last_applied_timestamp, result.records, options)])

@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import sharestate
-from sharestate.replay.snapshot import FORMAT, Snapshot, digest_tree, encode, fingerprint
+from sharestate.replay.snapshot import (
+    FORMAT,
+    Snapshot,
+    digest_tree,
+    encode,
+    fingerprint,
+    read_table,
+)
 
 if TYPE_CHECKING:
     from sharestate.tables.gold_pass import GoldOptions
@@ -51,10 +58,19 @@ def state_row(snapshot: Snapshot, last_offset: int | None, last_timestamp: int |
 
 def resumable(row: dict[str, Any], options: GoldOptions) -> bool:
     """Whether a run with `options` goes on from a `replay_state` row: made by this code with
-    the same settings, and the run has no stop point (its tables would be as of it)."""
+    the same settings (`--max-findings` among them: its state holds it), and the run has
+    no stop point (its tables would be as of it)."""
     return (options.as_of.unbounded and row["format"] == FORMAT
             and row["code"] == code_fingerprint() and row["semantics"] == options.semantics
-            and row["snapshot_update_records"] == options.snapshot_update_records_per_snapshot)
+            and row["snapshot_update_records"] == options.snapshot_update_records_per_snapshot
+            and finding_limit(row["state"]) == options.max_findings)
+
+
+def finding_limit(state: bytes) -> int | None:
+    """The findings a partition's replay lists one by one (`--max-findings`) in the state of
+    a `replay_state` row (None: no such state), read without the rest of it."""
+    cap = read_table(state, "audit_cap")
+    return None if cap is None or cap.num_rows != 1 else cap["limit"][0].as_py()
 
 
 def restored_dialect(snapshot: Snapshot) -> str:

@@ -4,11 +4,12 @@ tables and the log-derived `audit_findings`.
 A `__share_group_state` partition goes on from its `replay_state` row (its state at the last
 offset the previous run applied) when that row was made by the same code with the same
 settings: only the bronze rows above it are read and applied, its history and findings are
-appended, its state tables replaced, and its new state committed last (a run that dies
-before is healed by the next, which drops what it appended above the state). Any other
-partition, every partition of a run with `--full` or a stop point, and every partition of a
-warehouse whose files the lake cannot list (jvm, off the local file system) are replayed
-from the log start (as Kafka's coordinator loads them) and their rows replaced."""
+appended, its state tables (and its counts of findings past those listed) replaced, and its
+new state committed last (a run that dies before is healed by the next, which drops what it
+appended above the state). Any other partition, every partition of a run with `--full` or
+a stop point, and every partition of a warehouse whose files the lake cannot list (jvm, off
+the local file system) are replayed from the log start (as Kafka's coordinator loads them)
+and their rows replaced."""
 
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ from sharestate.tables.replay_state import resumable
 
 RULES = rules_of("replay")
 """The `audit_findings` rules this job owns (it replaces their partitions)."""
+OMITTED = "omitted_findings"
+"""The rule of the rows counting a partition's findings past those listed: a partition that
+goes on from its state replaces them."""
 
 
 @dataclass
@@ -102,9 +106,12 @@ def _plan(spark: SparkSession, lake: Lake, warehouse: Warehouse,
             audit.append(here)
             if topic == SHARE_STATE_TOPIC:
                 replaced.append({"state_partition": partition})
-        elif above is not None:  # what a run that died before its state appended is dropped
-            audit.append({**here, "offset": (">", above)})
-            dropped.append({"state_partition": ("=", partition), "record_offset": (">", above)})
+        else:  # the findings counted past those listed are counted again, whole
+            audit.append({**here, "rule": ("=", OMITTED)})
+            if above is not None:  # what a run that died before its state appended is dropped
+                audit.append({**here, "offset": (">", above)})
+                dropped.append({"state_partition": ("=", partition),
+                                "record_offset": (">", above)})
         files_read = []
         for f in group:
             segment = int(f.partition_values["segment"])
