@@ -214,38 +214,70 @@ def _history(warehouse: Path) -> list[dict[str, Any]]:
         "start_offset", "state_batches"]).to_pylist()
 
 
-@pytest.mark.slow
-def test_cookbook_progress_carries_each_share_partition_forward(tour: Path, spark: Any) -> None:
-    """"Progress and lag over time": per group and time bucket, the sum of every live
-    share-partition's SPSO as of the end of that bucket (its last state carried forward),
-    computed here from the history rows; summing only the share-partitions that wrote in a
-    bucket made progress seem to go backwards."""
-    from sharestate.lake import register_views
+def _progress(warehouse: Path, width: int
+              ) -> tuple[dict[tuple[str, int], tuple[int | None, int]], dict[str, int]]:
+    """"Progress and lag over time" from the history rows: per group (of share_group_lag)
+    and bucket of `width` ms, the sum of the SPSOs at least 0 of its live share-partitions
+    (None when none has one) and their number, each share-partition at its last state by the
+    end of the bucket (its record with the highest offset in the last bucket it wrote in);
+    and how many of those states were written in their bucket, carried from an earlier one,
+    deletions."""
+    from sharestate.lake.rs import read_table
 
-    width = 100  # the tour's log spans seconds: buckets where not every share-partition writes
-    by_key: dict[tuple[str, str, int], list[tuple[int, int, bool, int]]] = {}
-    for r in _history(tour):
+    groups = set(read_table(warehouse / "share_group_lag", ["group_id"]).column(0).to_pylist())
+    by_key: dict[tuple[str, str, int], list[tuple[int, int, bool, int | None]]] = {}
+    for r in _history(warehouse):
         by_key.setdefault((r["group_id"], r["topic_id"], r["partition"]), []).append(
             (r["timestamp"] // width, r["record_offset"], r["deleted"], r["start_offset"]))
     buckets = sorted({row[0] for rows in by_key.values() for row in rows})
-    totals: dict[tuple[str, int], list[int]] = {}
+    spso: dict[tuple[str, int], int] = {}
+    live: dict[tuple[str, int], int] = {}
+    seen = {"written": 0, "carried": 0, "deleted": 0}
     for (group, _, _), rows in by_key.items():
+        if group not in groups:
+            continue
         rows.sort()
         at = 0
         for bucket in buckets:
+            written = at < len(rows) and rows[at][0] == bucket
             while at < len(rows) and rows[at][0] <= bucket:
                 at += 1
-            total = totals.setdefault((group, bucket), [0, 0])
-            if at and not rows[at - 1][2]:  # its last state by the end of the bucket is live
-                total[0] += max(rows[at - 1][3], 0)
-                total[1] += 1
-    expected = {key: (spso if live else None, live) for key, (spso, live) in totals.items()}
-    idle = sum(1 for rows in by_key.values() for b in buckets if b not in {r[0] for r in rows})
-    assert idle > len(buckets)  # share-partitions that wrote nothing in some bucket: carried
-    register_views(spark, tour)
+            key = (group, bucket)
+            live.setdefault(key, 0)
+            if not at:
+                continue  # no state yet
+            _, _, deleted, start = rows[at - 1]
+            seen["written" if written else "carried"] += 1
+            seen["deleted"] += deleted
+            if not deleted:
+                live[key] += 1
+                if start is not None and start >= 0:
+                    spso[key] = spso.get(key, 0) + start
+    return {key: (spso.get(key), n) for key, n in live.items()}, seen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("where", "width", "deletions"),
+                         [("tour", 100, True), ("simulated_warehouse", 10, False)])
+def test_cookbook_progress_carries_each_share_partition_forward(
+        where: str, width: int, deletions: bool, request: pytest.FixtureRequest,
+        spark: Any) -> None:
+    """"Progress and lag over time": per group and time bucket, the sum of every live
+    share-partition's SPSO as of the end of that bucket (its last state carried forward,
+    left out once deleted), computed here from the history rows, on the README tour's
+    warehouse (where share-partitions get deleted) and on the shared simulated one; summing
+    only the share-partitions that wrote in a bucket made progress seem to go backwards."""
+    from sharestate.lake import register_views
+
+    found = request.getfixturevalue(where)
+    warehouse = found if isinstance(found, Path) else found.warehouse
+    expected, seen = _progress(warehouse, width)
+    assert seen["carried"] > len({bucket for _, bucket in expected})
+    assert bool(seen["deleted"]) == deletions
+    register_views(spark, warehouse)
     query = cookbook_query("Progress and lag over time")
-    assert "SELECT 60000 AS bucket_ms" in query
-    query = query.replace("SELECT 60000 AS bucket_ms", f"SELECT {width} AS bucket_ms")
+    assert query.count("% 60000") == 1
+    query = query.replace("% 60000", f"% {width}")
     got = {(r["group_id"], r["m"] // width): (r["spso_sum"], r["share_partitions"])
            for r in spark.sql(f"SELECT group_id, unix_millis(bucket_start) AS m, spso_sum, "
                               f"share_partitions FROM ({query})").collect()}
