@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 from bisect import bisect_left
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,10 @@ from conftest import SimulatedWarehouse
 
 from sharestate.analytics.end_offsets import FILE, SEGMENTS, sampled
 from sharestate.analytics.lag import share_lag
-from sharestate.analytics.lag_bins import BIN_ROWS
 from sharestate.coordinator.share_state import SharePartitionState, StateBatch
 from sharestate.lake import open_lake
-from sharestate.spark.jobs import analytics as analytics_job
 from sharestate.spark.run import parser, run
+from sharestate.spark.session import LAG_BIN_SETTING
 
 pytestmark = pytest.mark.slow
 
@@ -153,13 +153,21 @@ def test_the_last_point_agrees_with_the_lag_now(
     assert all(0 <= now[g] - last[g]["lag"] <= 49 * 4 for g in last)
 
 
-@pytest.mark.parametrize("bin_rows", [BIN_ROWS, 0], ids=["binned", "shuffled"])
+@pytest.fixture(params=[None, "0"], ids=["binned", "shuffled"])
+def bin_rows(spark: Any, request: pytest.FixtureRequest) -> Iterator[None]:
+    """`spark.sharestate.lagBinRows` unset (the tasks read and sort their bins' rows), or 0
+    (every bin over it: Spark shuffles and sorts the rows)."""
+    if request.param is not None:
+        spark.conf.set(LAG_BIN_SETTING, request.param)
+    yield
+    spark.conf.unset(LAG_BIN_SETTING)
+
+
+@pytest.mark.usefixtures("bin_rows")
 def test_a_rerun_writes_the_same_rows(spark: Any, simulated_warehouse: SimulatedWarehouse,
-                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                      bin_rows: int) -> None:
+                                      tmp_path: Path) -> None:
     """The same rows again, whether the walk's tasks read and sort their groups' rows
-    themselves or (every bin over the limit) Spark shuffles and sorts them."""
-    monkeypatch.setattr(analytics_job, "BIN_ROWS", bin_rows)
+    themselves or Spark shuffles and sorts them."""
     sim = simulated_warehouse
     warehouse = tmp_path / "warehouse"
     shutil.copytree(sim.warehouse, warehouse)

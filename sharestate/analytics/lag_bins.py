@@ -7,7 +7,8 @@ small heap). Instead the job counts each group's rows (`group_rows`, from the `g
 column alone), deals the groups into one bin per core, largest first onto the lightest
 (`deal`), and each task reads every file, keeps its bin's rows and sorts them on integer
 keys (`bin_inputs`). A bin holds its rows in memory while it sorts them: one that would
-pass `BIN_ROWS` rows makes the job shuffle instead (Spark's sort spills to disk).
+pass `BIN_ROWS` rows (the setting `spark.sharestate.lagBinRows`) makes the job shuffle
+instead (Spark's sort spills to disk).
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ from sharestate.analytics.lag_history import (
     lag_inputs,
 )
 
-BIN_ROWS: Final = 4_000_000
-"""The most history rows one task sorts in memory (about 60 bytes a row)."""
+BIN_ROWS: Final = 3_000_000
+"""The most history rows one task sorts in memory by default: about 90 bytes a row (the
+rows, their sort keys and order) besides the 150-250 MB of reading the files (a task's
+Python peaked at 450-550 MB on a bin of 2.7 M rows)."""
 WALK_BINS: Final = pa.schema([
     ("groups", pa.list_(pa.string())), ("resumes", pa.list_(pa.string())),
     ("uris", pa.list_(pa.string())), ("state_partitions", pa.list_(pa.int32()))])
@@ -81,41 +84,51 @@ def _bin(groups: Sequence[str], resumes: Sequence[str | None],
          files: Iterable[tuple[str, int]], wanted: pa.Schema,
          since: int | None) -> Iterator[pa.RecordBatch]:
     keep = pa.array(groups, pa.string())
-    parts: list[pa.RecordBatch] = []
+    topics: dict[str, int] = {}
+    parts = []
     for uri, partition in files:
         for batch in history_batches(uri, partition, wanted, since):
-            codes = pc.index_in(batch.column("group_id"), value_set=keep)
-            rows = lag_inputs(batch.filter(pc.is_valid(codes)))
-            if rows.num_rows:  # group ids as their index in `groups`, topic ids as codes
-                parts.append(rows.set_column(0, "group_id", pc.index_in(
-                    rows.column("group_id"), value_set=keep)).set_column(
-                    1, "topic_id", pc.dictionary_encode(rows.column("topic_id"))))
-    rows = pa.Table.from_batches(parts).unify_dictionaries().combine_chunks() if parts else None
+            rows = lag_inputs(batch.filter(pc.is_in(batch.column("group_id"), value_set=keep)))
+            if rows.num_rows:
+                parts.append(_coded(rows, keep, topics))
+    rows = pa.Table.from_batches(parts, CODED)
     del parts
-    order: np.ndarray[Any, Any] = np.zeros(0, np.int64)
-    bounds = np.zeros(len(groups) + 1, np.int64)
-    if rows is not None:
-        code = _key(rows, "group_id")
-        order = np.lexsort(tuple(_key(rows, name) for name in reversed(INPUT_ORDER)))
-        bounds = np.searchsorted(code[order], np.arange(len(groups) + 1))
+    order = np.lexsort([_key(rows, name) for name in reversed(INPUT_ORDER)])
+    bounds = np.searchsorted(_key(rows, "group_id")[order], np.arange(len(groups) + 1))
+    names = pa.array(list(topics), pa.string())
     for index, (group, resume) in enumerate(zip(groups, resumes, strict=True)):
         if resume is not None:
             yield _resume_row(group, resume)
         for start in range(bounds[index], bounds[index + 1], READ_ROWS):
-            assert rows is not None
             taken = rows.take(order[start:min(start + READ_ROWS, bounds[index + 1])])
             yield pa.RecordBatch.from_arrays([
                 pa.repeat(pa.scalar(group, pa.string()), taken.num_rows),
-                taken.column("topic_id").cast(pa.string()).combine_chunks(),
+                names.take(taken.column("topic_id").combine_chunks()),
                 *(taken.column(name).combine_chunks() for name in INPUT_SCHEMA.names[2:]),
                 pa.nulls(taken.num_rows, pa.string())], schema=RESUMED_SCHEMA)
 
 
+CODED: Final = pa.schema([pa.field(f.name, pa.int32()) if f.name in ("group_id", "topic_id")
+                          else f for f in INPUT_SCHEMA])
+"""A bin's rows as it holds them: the group as its index in the bin's groups, the topic id
+as its index in the topics the bin met."""
+
+
+def _coded(rows: pa.RecordBatch, groups: pa.Array, topics: dict[str, int]) -> pa.RecordBatch:
+    """`rows` (`INPUT_SCHEMA`) as `CODED`, new topic ids numbered on in `topics`."""
+    encoded = pc.dictionary_encode(rows.column("topic_id"))
+    codes = np.array([topics.setdefault(t, len(topics))
+                      for t in encoded.dictionary.to_pylist()], np.int32)
+    return pa.RecordBatch.from_arrays([
+        pc.index_in(rows.column("group_id"), value_set=groups),
+        pa.array(codes[encoded.indices.to_numpy()]),
+        *rows.columns[2:]], schema=CODED)
+
+
 def _key(rows: pa.Table, name: str) -> np.ndarray[Any, Any]:
-    """A sort key: the column (never null) as int64."""
-    values: np.ndarray[Any, Any] = rows.column(name).combine_chunks().to_numpy().astype(
-        np.int64, copy=False)
-    return values
+    """A sort key: the column's values (never null) in one array."""
+    chunks = [chunk.to_numpy() for chunk in rows.column(name).chunks]
+    return np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
 
 
 def _resume_row(group: str, resume: str) -> pa.RecordBatch:

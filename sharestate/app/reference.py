@@ -68,6 +68,7 @@ def _jobs() -> Iterator[str]:
 
 
 def _spark() -> Iterator[str]:
+    from sharestate.analytics.lag_bins import BIN_ROWS
     from sharestate.arguments import VERBOSE_CONF
     from sharestate.lake.select import BACKEND_CONF
     from sharestate.spark.class_archive import SETTING
@@ -77,6 +78,7 @@ def _spark() -> Iterator[str]:
         DEFAULT_CONF_FILE,
         DEFAULTS,
         JIT_SETTING,
+        LAG_BIN_SETTING,
         LEAN_HEAP,
         LOCAL_DEFAULTS,
         QUICK_JIT,
@@ -107,7 +109,11 @@ def _spark() -> Iterator[str]:
            f"console to Spark: its banner, log lines and progress bars; by default it logs "
            f"warnings without Spark's start-up notices, draws no progress bars and serves no "
            f"web UI, and the command prints a line per phase instead (see "
-           f"`sharestate/spark/console.py`).\n\n")
+           f"`sharestate/spark/console.py`). `{LAG_BIN_SETTING}` (default {BIN_ROWS:,}) is the "
+           f"most history rows a task of the analytics job reads and sorts in memory to walk "
+           f"its share groups' lag history, about 90 bytes a row besides the 150-250 MB of "
+           f"reading the files; past it the job lets Spark shuffle and sort the rows (slower, "
+           f"spilling to disk), as it does at 0 (see `sharestate/analytics/lag_bins.py`).\n\n")
     yield "| setting | default | when |\n|---|---|---|\n"
     for key, value in DEFAULTS.items():
         yield f"| `{key}` | `{value}` | always |\n"

@@ -115,6 +115,7 @@ class SettingError(ValueError):
 
 
 JIT_SETTING = "spark.sharestate.driverJit"
+LAG_BIN_SETTING = "spark.sharestate.lagBinRows"
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
 LEAN_HEAP = ("-XX:+UseSerialGC", "-Xms64m")
 """A lean driver's heap: the JVM's defaults start it at 1/64 of the machine's memory (384
@@ -158,6 +159,10 @@ def check_settings(settings: Mapping[str, str]) -> None:
         value = settings.get(key)
         if value is not None and not (value.strip().isdigit() and int(value) >= 1):
             raise SettingError(f"{key} must be a positive integer, not {value!r}")
+    bins = settings.get(LAG_BIN_SETTING)
+    if bins is not None and not bins.strip().isdigit():
+        raise SettingError(f"{LAG_BIN_SETTING} must be a number of rows (0: always shuffle), "
+                           f"not {bins!r}")
 
 
 def read_conf_file(path: Path) -> dict[str, str]:

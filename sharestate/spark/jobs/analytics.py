@@ -66,6 +66,7 @@ from sharestate.spark.jobs.warehouse import (
     rows_table,
     table_rows,
 )
+from sharestate.spark.session import LAG_BIN_SETTING
 from sharestate.tables.gold import states_from_rows
 from sharestate.tables.gold_pass import rows_of
 from sharestate.tables.metadata import metadata_from_rows
@@ -262,10 +263,11 @@ def _walk_bins(spark: SparkSession, files: list[ActiveFile], since: int | None,
     """The walk's tasks with no shuffle (`sharestate.analytics.lag_bins`): one a bin of
     groups, which reads the data files `files` (rows stamped after `since`), and what makes
     its input of a task (its groups' rows, each group's saved walk in `saved` first); None
-    when a bin would hold too many rows to sort in memory."""
+    when a bin would hold more rows than `spark.sharestate.lagBinRows` to sort in memory."""
     counts = group_rows(f.uri for f in files if f.records)
     counts.update(dict.fromkeys(saved, 0))
-    bins = deal(counts, spark.sparkContext.defaultParallelism, BIN_ROWS)
+    limit = int((spark.conf.get(LAG_BIN_SETTING, None) or str(BIN_ROWS)).strip())
+    bins = deal(counts, spark.sparkContext.defaultParallelism, limit)
     if bins is None:
         return None
     read = [f for f in files if f.records]
