@@ -305,3 +305,23 @@ def test_a_huge_sparse_file_is_read_only_as_far_as_a_segment_can_reach(tmp_path:
     kinds = [json.loads(line)["kind"] for line in
              (tmp_path / "f.jsonl").read_text("utf-8").splitlines()]
     assert kinds == ["bad_length", "segment_too_large"]
+
+
+@pytest.mark.parametrize("command", ["state", "prune"])
+def test_the_replays_own_findings_are_listed_in_the_findings_file_too(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
+    """A finding of the replay (not of the bytes: here ShareUpdate-key tombstones, which
+    Kafka's replay throws on) goes to `--findings` as it goes to stderr: the first
+    `--max-findings` of the partition one by one, then one omitted_findings per code."""
+    path = segment(tmp_path, SHARE, damage.update_tombstone_batch(0, 5))
+    capsys.readouterr()
+    status, _, found = run(command, path, tmp_path, "--max-findings", "2")
+    printed = [line.split(": ", 2) for line in capsys.readouterr().err.splitlines()
+               if line.startswith(f"{SHARE}-0 offset ")]
+    assert status == 1
+    assert [(f"{f['source']} offset {f['offset']}", f["kind"], f["message"]) for f in found] \
+        == [tuple(line) for line in printed]
+    assert [(f["kind"], f["offset"], f["topic"], f["partition"], f["position"]) for f in found] \
+        == [("update-tombstone", 0, SHARE, 0, -1), ("update-tombstone", 1, SHARE, 0, -1),
+            ("omitted_findings", 2, SHARE, 0, -1)]
+    assert found[2]["message"].startswith("3 more update-tombstone findings")

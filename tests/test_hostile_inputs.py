@@ -209,7 +209,8 @@ def _command(command: str, path: Path, work: Path, dialect: str
     status = main([command, str(path), "-o", str(out), "--findings", str(found), "--dialect",
                    dialect])
     findings = Counter(_key(f["source"], f["position"], f["offset"], f["kind"], f["message"])
-                       for f in map(json.loads, found.read_text("utf-8").splitlines()))
+                       for f in map(json.loads, found.read_text("utf-8").splitlines())
+                       if f["position"] != -1)  # -1: the replay's own, not the bytes'
     rows = [json.loads(line) for line in out.read_text("utf-8").splitlines()]
     return status, findings, rows
 

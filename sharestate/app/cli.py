@@ -327,8 +327,9 @@ def _say_past_end(args: argparse.Namespace, replays: Sequence[_Replay]) -> None:
 
 
 def _replay_share(args: argparse.Namespace) -> tuple[list[ShareLogResult], int]:
-    """Each share-state partition log replayed; the shard's own findings on stderr, the
-    first `--max-findings` of a log in full, then one line per code counted past them."""
+    """Each share-state partition log replayed; the shard's own findings on stderr and in
+    `--findings`, the first `--max-findings` of a log in full, then one per code counted
+    past them."""
     caps: list[FindingCap] = []
     with _findings(args) as found:
         logs = _logs(args, SHARE_STATE_TOPIC, found)
@@ -340,15 +341,15 @@ def _replay_share(args: argparse.Namespace) -> tuple[list[ShareLogResult], int]:
             replay.result.shard.cap = FindingCap(args.max_findings, log.name, "partition")
             caps.append(replay.result.shard.cap)
             replays.append(_replayed(replay, log, found))
-    _say_past_end(args, replays)
+        _say_past_end(args, replays)
+        for log, replay, cap in zip(logs, replays, caps, strict=True):
+            name = replay.result.name
+            listed = [*(f.listed(name) for f in replay.result.shard.findings), *cap.summary()]
+            for finding in listed:
+                print(f"{name} offset {finding.offset}: {finding.kind}: {finding.message}",
+                      file=sys.stderr)
+            found.write((log.topic, log.partition, finding) for finding in listed)
     results = [replay.result for replay in replays]
-    for result, cap in zip(results, caps, strict=True):
-        for finding in result.shard.findings:
-            print(f"{result.name} offset {finding.offset}: {finding.code}: {finding.message}",
-                  file=sys.stderr)
-        for summary in cap.summary():
-            print(f"{result.name} offset {summary.offset}: {summary.kind}: {summary.message}",
-                  file=sys.stderr)
     return results, found.status(sum(len(r.shard.findings) for r in results)
                                  + sum(cap.omitted_count() for cap in caps))
 

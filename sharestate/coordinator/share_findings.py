@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from sharestate.coordinator.share_state import ShareKey
+from sharestate.log import LogFinding
 
 UPDATE_TOMBSTONE = "update-tombstone"
 """A ShareUpdate-key tombstone: Kafka's replay throws (its loader would fail); state kept."""
@@ -25,3 +26,8 @@ class ShardFinding(NamedTuple):
     code: str
     message: str
     key: ShareKey | None
+
+    def listed(self, source: str) -> LogFinding:
+        """As the findings of the partition's log `source` are listed: under its code, at
+        no position and with no bytes."""
+        return LogFinding(self.code, self.message, -1, self.offset, b"", 0, source)

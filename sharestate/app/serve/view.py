@@ -76,7 +76,7 @@ class PartitionView:
         """The findings listed one by one: the log's, then the share shard's replay's
         (under their code, at no position and with no bytes)."""
         name = f"{self.topic}-{self.partition}"
-        return [*self.findings, *(LogFinding(f.code, f.message, -1, f.offset, b"", 0, name)
+        return [*self.findings, *(f.listed(name)
                                   for f in (self.share.shard.findings if self.share else ()))]
 
     @property
