@@ -136,6 +136,35 @@ def test_writer_dictionary_encodes_strings_only(tmp_path: Path) -> None:
     assert "RLE_DICTIONARY" not in encodings["raw"]
 
 
+def test_written_file_stats_come_from_its_row_groups(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A written file's integer and string bounds are its Parquet statistics' over its row
+    groups, a row group holding a string past Parquet's limit read back; bytes and nested
+    columns get no Parquet statistics."""
+    monkeypatch.setattr(data_files, "ROW_GROUP_ROWS", 2)
+    long_text = "c" * 5000  # Parquet keeps no bounds of its row group's strings
+    batches = [pa.RecordBatch.from_pydict({
+        "name": pa.array(names), "n": pa.array(numbers, pa.int32()),
+        "offset": pa.array(offsets, pa.int64()), "raw": pa.array([b"\xff"] * 2),
+        "batches": pa.array([[1], None], pa.list_(pa.int64())),
+    }) for names, numbers, offsets in ((["m", "é"], [7, None], [None, None]),
+                                       ([long_text, "n"], [-3, 2], [None, None]),
+                                       ([None, "zz"], [None, 9], [None, None]))]
+    (row,) = pa.Table.from_batches(list(write_data_files(
+        iter(batches), root=str(tmp_path), partition_by=[], not_null=[]))).to_pylist()
+    assert json.loads(DataFile.from_row(row).stats) == {
+        "numRecords": 6,
+        "minValues": {"name": long_text[:32], "n": -3},
+        "maxValues": {"name": "é", "n": 9},
+        "nullCount": {"name": 1, "n": 2, "offset": 6, "raw": 0, "batches": 3},
+    }
+    meta = pq.ParquetFile(tmp_path / DataFile.from_row(row).path).metadata
+    assert meta.num_row_groups == 3
+    kept = {meta.row_group(0).column(i).path_in_schema: meta.row_group(0).column(i).statistics
+            for i in range(meta.row_group(0).num_columns)}
+    assert kept["n"] is not None and kept["raw"] is None and kept["batches.list.element"] is None
+
+
 def test_writer_refuses_nulls_and_cleans_up(tmp_path: Path) -> None:
     batches = [_batch(["a"], [1]), _batch(["a"], [None])]
     with pytest.raises(ValueError, match="'offset' is NOT NULL"):

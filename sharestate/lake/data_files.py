@@ -57,6 +57,15 @@ def _dictionary_columns(schema: pa.Schema) -> list[str]:
     return [field.name for field in schema if pa.types.is_string(field.type)]
 
 
+def _statistics_columns(schema: pa.Schema) -> list[str]:
+    """The columns whose Parquet statistics are written: all but bytes (keys, values, raw
+    records) and nested ones (state batches), which no reader filters on and whose bounds
+    cost a comparison per value. The others' feed the file's Delta statistics too."""
+    return [field.name for field in schema
+            if not (pa.types.is_binary(field.type) or pa.types.is_large_binary(field.type)
+                    or pa.types.is_nested(field.type))]
+
+
 class _OpenFile:
     def __init__(self, root: str, values: dict[str, str | None], schema: pa.Schema) -> None:
         folder = partition_folder(values)
@@ -64,10 +73,12 @@ class _OpenFile:
         self.path = f"{folder}/{name}" if folder else name
         self.values = values
         os.makedirs(os.path.join(root, folder), exist_ok=True)
-        self.writer = pq.ParquetWriter(os.path.join(root, self.path), schema,
+        self.location = os.path.join(root, self.path)
+        self.writer = pq.ParquetWriter(self.location, schema,
                                        compression="snappy", coerce_timestamps="us",
-                                       use_dictionary=_dictionary_columns(schema))
-        self.stats = FileStats(schema)
+                                       use_dictionary=_dictionary_columns(schema),
+                                       write_statistics=_statistics_columns(schema))
+        self.stats = FileStats(schema, written=True)
         self.pending: list[pa.RecordBatch] = []
         self.pending_rows = 0
 
@@ -89,6 +100,7 @@ class _OpenFile:
     def close(self) -> None:
         self.flush()
         self.writer.close()
+        self.stats.add_file(self.location, self.writer.writer.metadata)
 
 def _groups(batch: pa.RecordBatch, partition_by: Sequence[str]
             ) -> Iterator[tuple[dict[str, str | None], pa.RecordBatch]]:
