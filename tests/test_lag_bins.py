@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sharestate.analytics.lag_bins import WALK_BINS, bin_inputs, deal, group_rows
+from sharestate.analytics.lag_bins import WALK_BINS, bin_inputs, bins_for, deal, group_rows
 from sharestate.analytics.lag_history import HISTORY_COLUMNS, HISTORY_FILES, read_history_files
 from sharestate.tables.spec import table
 
@@ -97,6 +97,12 @@ def test_groups_are_dealt_largest_first_onto_the_lightest_bin(tmp_path: Path) ->
     assert deal(counts, 1, 16) == [sorted(counts)]
     assert deal({"a": 1}, 4, 1) == [["a"]]
     assert deal({}, 2, 0) == []
+    assert bins_for(counts, 2, 8) == deal(counts, 2, 8)  # a bin a core where they fit
+    assert bins_for(counts, 1, 8) == deal(counts, 2, 8)  # else more bins, the fewest that do
+    assert bins_for(counts, 1, 5) == [["a"], ["c", "e"], ["b"], ["d", "saved"]]
+    assert bins_for(counts, 1, 4) is None  # a group of 5 rows
+    assert bins_for({g: 4 for g in "abcdefghi"}, 2, 4) is None  # 9 bins: past 4 a core
+    assert bins_for({}, 2, 0) == []
     files = _files(tmp_path, random.Random(1))
     read = _read(files, None)
     counted = group_rows(u for u, _ in files)

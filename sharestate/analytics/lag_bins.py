@@ -4,11 +4,13 @@ the rows of its own groups and puts them in the walk's order itself.
 The walk needs a group's rows together and in `INPUT_ORDER`. Spark would hash the rows
 to tasks by group and sort them (a shuffle of every row and a sort that spills under a
 small heap). Instead the job counts each group's rows (`group_rows`, from the `group_id`
-column alone), deals the groups into one bin per core, largest first onto the lightest
-(`deal`), and each task reads every file, keeps its bin's rows and sorts them on integer
-keys (`bin_inputs`). A bin holds its rows in memory while it sorts them: one that would
-pass `BIN_ROWS` rows (the setting `spark.sharestate.lagBinRows`) makes the job shuffle
-instead (Spark's sort spills to disk).
+column alone), deals the groups into bins, largest first onto the lightest (`deal`), and
+each task reads every file, keeps its bin's rows and sorts them on integer keys
+(`bin_inputs`). A bin holds its rows in memory while it sorts them, at most `BIN_ROWS` (the
+setting `spark.sharestate.lagBinRows`): one bin a core, or more where they would hold more
+(`bins_for`), up to `BINS_PER_CORE` a core, as each bin reads every file again; past that,
+or for a group larger than a bin, the job lets Spark shuffle and sort the rows instead
+(its sort spills to disk).
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ BIN_ROWS: Final = 3_000_000
 """The most history rows one task sorts in memory by default: about 90 bytes a row (the
 rows, their sort keys and order) besides the 150-250 MB of reading the files (a task's
 Python peaked at 450-550 MB on a bin of 2.7 M rows)."""
+BINS_PER_CORE: Final = 4
+"""The most bins a core: each reads the history files through (about 0.2 CPU-s per
+million rows)."""
 WALK_BINS: Final = pa.schema([
     ("groups", pa.list_(pa.string())), ("resumes", pa.list_(pa.string())),
     ("uris", pa.list_(pa.string())), ("state_partitions", pa.list_(pa.int32()))])
@@ -66,6 +71,18 @@ def deal(counts: Mapping[str, int], bins: int, limit: int) -> list[list[str]] | 
     if max(rows for rows, _, _ in heap) > limit:
         return None
     return [sorted(groups) for _, _, groups in sorted(heap, reverse=True) if groups]
+
+
+def bins_for(counts: Mapping[str, int], cores: int, limit: int) -> list[list[str]] | None:
+    """The groups of `counts` dealt into the fewest bins, from one a core up to
+    `BINS_PER_CORE` a core, none holding more than `limit` rows; None if there are none
+    such."""
+    least = max(cores, -(-sum(counts.values()) // max(limit, 1)))
+    for bins in range(least, BINS_PER_CORE * cores + 1):
+        dealt = deal(counts, bins, limit)
+        if dealt is not None:
+            return dealt
+    return None
 
 
 def bin_inputs(tasks: Iterator[pa.RecordBatch], wanted: pa.Schema,

@@ -36,7 +36,7 @@ from sharestate.analytics.lag_bins import (
     BIN_ROWS,
     WALK_BINS,
     bin_inputs,
-    deal,
+    bins_for,
     group_rows,
 )
 from sharestate.analytics.lag_history import (
@@ -267,7 +267,7 @@ def _walk_bins(spark: SparkSession, files: list[ActiveFile], since: int | None,
     counts = group_rows(f.uri for f in files if f.records)
     counts.update(dict.fromkeys(saved, 0))
     limit = int((spark.conf.get(LAG_BIN_SETTING, None) or str(BIN_ROWS)).strip())
-    bins = deal(counts, spark.sparkContext.defaultParallelism, limit)
+    bins = bins_for(counts, spark.sparkContext.defaultParallelism, limit)
     if bins is None:
         return None
     read = [f for f in files if f.records]
