@@ -110,8 +110,10 @@ def _bin(groups: Sequence[str], resumes: Sequence[str | None],
                 parts.append(_coded(rows, keep, topics))
     rows = pa.Table.from_batches(parts, CODED)
     del parts
-    order = np.lexsort([_key(rows, name) for name in reversed(INPUT_ORDER)])
-    bounds = np.searchsorted(_key(rows, "group_id")[order], np.arange(len(groups) + 1))
+    keys = {name: _key(rows, name) for name in INPUT_ORDER}
+    order = np.lexsort([keys[name] for name in reversed(INPUT_ORDER)])
+    bounds = np.searchsorted(keys["group_id"][order], np.arange(len(groups) + 1))
+    del keys
     names = pa.array(list(topics), pa.string())
     for index, (group, resume) in enumerate(zip(groups, resumes, strict=True)):
         if resume is not None:

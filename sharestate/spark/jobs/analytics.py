@@ -263,14 +263,15 @@ def _walk_bins(spark: SparkSession, files: list[ActiveFile], since: int | None,
     """The walk's tasks with no shuffle (`sharestate.analytics.lag_bins`): one a bin of
     groups, which reads the data files `files` (rows stamped after `since`), and what makes
     its input of a task (its groups' rows, each group's saved walk in `saved` first); None
-    when a bin would hold more rows than `spark.sharestate.lagBinRows` to sort in memory."""
-    counts = group_rows(f.uri for f in files if f.records)
+    when the bins `bins_for` allows cannot hold them (`spark.sharestate.lagBinRows` rows
+    each, what a task sorts in memory)."""
+    read = [f for f in files if f.records]
+    counts = group_rows(f.uri for f in read)
     counts.update(dict.fromkeys(saved, 0))
     limit = int((spark.conf.get(LAG_BIN_SETTING, None) or str(BIN_ROWS)).strip())
     bins = bins_for(counts, spark.sparkContext.defaultParallelism, limit)
     if bins is None:
         return None
-    read = [f for f in files if f.records]
     uris = [f.uri for f in read]
     partitions = [int(f.partition_values["state_partition"]) for f in read]
     tasks = [(groups, [saved.get(g) for g in groups], uris, partitions) for groups in bins]
