@@ -42,7 +42,7 @@ import sharestate
 from sharestate import native
 from sharestate.specs import load
 
-FORMAT = 1
+FORMAT = 2
 """The version of the snapshot tables' layout; raised on any change to `schemas/state/`."""
 
 SHARE_TABLES = ("share_replay", "share_keys", "share_pending", "prune_ledger", "shard_findings",
