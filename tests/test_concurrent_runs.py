@@ -148,3 +148,33 @@ def test_a_killed_holder_leaves_no_stale_lease(spark: Any, logs: Path, reference
     assert status in (0, 1) and "in use" not in err, err
     assert time.monotonic() - started < 300
     assert _snapshot(spark, warehouse) == _snapshot(spark, reference)
+
+
+def test_a_waiting_writer_names_a_holder_that_has_locked_but_not_yet_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The holder locks `_lease`, then writes who it is: a writer that finds the lock taken
+    in between waits for the record (up to NAMED_WITHIN) and names the holder, rather than
+    saying `another writer` (CI saw that when two runs started together on a loaded
+    machine)."""
+    import fcntl
+    import threading
+
+    from sharestate.lake.lease import warehouse_lease
+
+    warehouse = tmp_path / "wh"
+    warehouse.mkdir()
+    fd = os.open(warehouse / LEASE_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    record = {"run": "first", "what": "jobs ingest", "host": "h", "pid": 1, "since": 0}
+
+    def name_then_release() -> None:
+        time.sleep(0.3)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+        time.sleep(0.5)
+        os.close(fd)
+
+    threading.Thread(target=name_then_release).start()
+    with warehouse_lease(warehouse, run="second", what="jobs replay", wait=30):
+        assert holder(warehouse) is not None and holder(warehouse)["run"] == "second"
+    err = capsys.readouterr().err
+    assert "in use by jobs ingest (run first, pid 1 on h" in err, err

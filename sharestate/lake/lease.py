@@ -32,6 +32,9 @@ from pathlib import Path
 
 LEASE_FILE = "_lease"
 POLL_SECONDS = 0.5
+NAMED_WITHIN = 2.0
+"""Seconds a waiting writer gives the holder to name itself: it locks the file, then writes
+its record, and a writer that looked in between would print `another writer`."""
 
 
 class LeaseError(Exception):
@@ -93,7 +96,8 @@ def _unwritable(root: Path, exc: OSError) -> LeaseError:
 
 
 def _acquire(fd: int, root: Path, wait: float) -> None:
-    deadline = time.monotonic() + max(wait, 0.0)
+    started = time.monotonic()
+    deadline = started + max(wait, 0.0)
     told = False
     while True:
         try:
@@ -108,8 +112,9 @@ def _acquire(fd: int, root: Path, wait: float) -> None:
             hint = (f"; waited {wait:g} s" if wait > 0 else
                     "; wait for it or pass --lease-wait SECONDS")
             raise LeaseError(_describe(root) + hint)
-        if not told:
+        if not told and (holder(root) is not None
+                         or time.monotonic() >= started + NAMED_WITHIN):
             print(f"sharestate: {_describe(root)}; waiting up to {wait:g} s for it",
                   file=sys.stderr, flush=True)
             told = True
-        time.sleep(POLL_SECONDS)
+        time.sleep(POLL_SECONDS if told else 0.05)  # soon again while it names itself
