@@ -34,14 +34,28 @@ static int crc_matches(PyObject *crc_fn, const unsigned char *data, Py_ssize_t n
     return value == stored;
 }
 
+/* The int of `value` (None or out of range: 0, with no error set). */
+static int optional_int(PyObject *value, long long *out) {
+    if (value == Py_None) return 0;
+    int overflow = 0;
+    *out = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (*out == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    return !overflow;
+}
+
 /* scan_v2(buf, off, base_position, max_batch, max_records, crc_fn, create_time,
- *         log_append_time, none, max_batches, stop_position)
- *   -> ([Batch(header, records, []), ...], new_off)
- * stop_position (absolute, -1: none): no batch starting at or after it is read. */
+ *         log_append_time, none, max_batches, stop_position, order_last, segment_first,
+ *         span)
+ *   -> ([Batch(header, records, []), ...], new_off, in_order)
+ * stop_position (absolute, -1: none): no batch starting at or after it is read.
+ * in_order: how many of the first batches are data batches each right after the one
+ * before, the first right after `order_last`, none ending more than `span` offsets past
+ * `segment_first` (0 when either is None): the batches `sharestate.log.order.in_order`
+ * admits on its usual path. */
 PyObject *native_scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "scan_v2 takes 11 arguments");
+    if (nargs != 14) {
+        PyErr_SetString(PyExc_TypeError, "scan_v2 takes 14 arguments");
         return NULL;
     }
     if (load_header_type() < 0) return NULL;
@@ -55,8 +69,12 @@ PyObject *native_scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     PyObject *none_codec = args[8];
     Py_ssize_t max_batches = PyLong_AsSsize_t(args[9]);
     long long stop_position = PyLong_AsLongLong(args[10]);
+    long long span = PyLong_AsLongLong(args[13]);
     PyObject *out = NULL, *result = NULL;
     if (PyErr_Occurred()) goto done;
+    long long prev_last = 0, segment_first = 0;
+    int ordering = optional_int(args[11], &prev_last) && optional_int(args[12], &segment_first);
+    Py_ssize_t in_order = 0;
     out = PyList_New(0);
     if (!out) goto done;
     const unsigned char *buf = view.buf;
@@ -148,8 +166,19 @@ PyObject *native_scan_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         Py_DECREF(batch);
         if (appended < 0) goto done;
         off += (Py_ssize_t)size;
+        if (ordering) {
+            long long last = (long long)((uint64_t)base_offset + (uint64_t)(long long)last_delta);
+            long long past;  /* last - segment_first; below any span when it underflows */
+            ordering = !(attributes & 32) && prev_last != LLONG_MAX
+                       && base_offset == prev_last + 1
+                       && (__builtin_sub_overflow(last, segment_first, &past) || past <= span);
+            if (ordering) {
+                in_order++;
+                prev_last = last;
+            }
+        }
     }
-    result = Py_BuildValue("(On)", out, off);
+    result = Py_BuildValue("(Onn)", out, off, in_order);
 done:
     Py_XDECREF(out);
     PyBuffer_Release(&view);

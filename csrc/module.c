@@ -61,8 +61,9 @@ static PyMethodDef methods[] = {
      "sharestate.log.records_v2.parse_records_py."},
     {"scan_v2", (PyCFunction)(void (*)(void))native_scan_v2, METH_FASTCALL,
      "scan_v2($module, buf, off, base_position, max_batch, max_records, crc, create_time, "
-     "log_append_time, none, max_batches, stop, /)\n--\n\n"
-     "(clean batches, where the walk stopped); twin: sharestate.log.framing's batch walk."},
+     "log_append_time, none, max_batches, stop, order_last, segment_first, span, /)\n--\n\n"
+     "(clean batches, where the walk stopped, how many of them are in offset order); twin: "
+     "sharestate.log.framing's batch walk."},
     {"next_candidate", (PyCFunction)(void (*)(void))native_next_candidate, METH_FASTCALL,
      "next_candidate($module, buf, off, stop, eof, max_batch, /)\n--\n\n"
      "The first position passing the resync header checks (or -1 - where they stopped); "

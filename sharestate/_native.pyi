@@ -70,9 +70,12 @@ def parse_records(buf: Buffer, pos: int, end: int, count: int, base_offset: int,
 
 def scan_v2(buf: Buffer, off: int, base_position: int, max_batch: int, max_records: int,
             crc: Callable[[memoryview], int], create_time: str, log_append_time: str,
-            none: str, max_batches: int, stop: int, /) -> tuple[list[Batch], int]:
-    """The clean uncompressed v2 batches from `buf[off:]` and where the walk stopped; twin:
-    the batch-by-batch walk of `sharestate.log.framing` (its clean-batch path)."""
+            none: str, max_batches: int, stop: int, order_last: int | None,
+            segment_first: int | None, span: int, /) -> tuple[list[Batch], int, int]:
+    """The clean uncompressed v2 batches from `buf[off:]`, where the walk stopped, and how
+    many of the first of them `sharestate.log.order.in_order` admits on its usual path
+    after `order_last` (data batches, none past `span` offsets beyond `segment_first`);
+    twin: the batch-by-batch walk of `sharestate.log.framing` (its clean-batch path)."""
 
 def next_candidate(buf: Buffer, off: int, stop: int, eof: bool, max_batch: int, /) -> int:
     """The first position of `buf[off:stop]` passing the resync header checks, or -1 - the

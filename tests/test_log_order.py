@@ -18,7 +18,15 @@ from conftest import conformance_dir
 
 from sharestate import native
 from sharestate.app.cli import main
-from sharestate.log import Batch, LogFinding, RawRecord, build_batch, discover, read_batches
+from sharestate.log import (
+    Batch,
+    BatchRun,
+    LogFinding,
+    RawRecord,
+    build_batch,
+    discover,
+    read_batches,
+)
 from sharestate.log.order import OffsetOrder, Verdict
 from sharestate.records.segment import detect_segment
 from sharestate.tables import bronze
@@ -122,6 +130,41 @@ def test_a_batch_right_after_the_one_before_past_its_segments_span_is_refused(
     offsets, found = _outcome(_read(before + far + after))
     assert offsets == [0, 1, 3]
     assert found == [("offset_order", len(before))]
+
+
+def _damaged_logs() -> list[bytes]:
+    """Kafka's transactional log (control batches among data ones) and, past the native
+    scanner's 64 batches a call, logs of one-record batches broken in each way the order
+    checks: a gap at the start and in the middle, a batch going back, a copied batch, one
+    past its segment's span, one failing its CRC."""
+    kafka, spans = _kafka_log()
+    small = [build_batch([RawRecord(o, 1000 + o, -1, b"k", b"v%d" % o, ())]) for o in
+             range(5, 205)]
+    far = build_batch([RawRecord(205, 1000, -1, b"k", b"v", ())],
+                      last_offset_delta=(1 << 31) - 1)
+    bad_crc = bytearray(small[120])
+    bad_crc[-1] ^= 0xFF
+    return [kafka, damage.swap(kafka, spans[3], spans[4]),
+            b"".join(small), b"".join(small[:70] + small[71:]),
+            b"".join([*small[:100], small[90], *small[100:]]),
+            b"".join(small[:130] + small[129:]), b"".join([*small, far, *small[:3]]),
+            b"".join([*small[:120], bytes(bad_crc), *small[121:]])]
+
+
+def test_runs_of_batches_are_the_batches_one_by_one(twin: str) -> None:
+    """A reader asking for runs gets the same batches and findings in the same order, the
+    clean in-order ones gathered into `BatchRun`s (by the native scanner only)."""
+    found_runs = 0
+    for data in _damaged_logs():
+        items = list(read_batches(io.BytesIO(data), runs=True))
+        runs = [i for i in items if isinstance(i, BatchRun)]
+        found_runs += len(runs)
+        for run in runs:
+            assert run.records == [r for b in run.batches for r in b.records]
+            assert not any(b.findings or b.header.is_control for b in run.batches)
+        flat = [b for i in items for b in (i.batches if isinstance(i, BatchRun) else [i])]
+        assert flat == _read(data)
+    assert (found_runs > 0) == (twin == "native")
 
 
 @pytest.mark.parametrize(("offsets", "last_delta", "message"), [

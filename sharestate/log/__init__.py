@@ -14,6 +14,7 @@ from sharestate.log.batch import (
     NO_TIMESTAMP_TYPE,
     Batch,
     BatchHeader,
+    BatchRun,
     LogFinding,
     RawRecord,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "NO_TIMESTAMP_TYPE",
     "Batch",
     "BatchHeader",
+    "BatchRun",
     "ControlRecord",
     "DecompressionError",
     "LogFinding",

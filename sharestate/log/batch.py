@@ -91,3 +91,13 @@ class Batch(NamedTuple):
     header: BatchHeader
     records: list[RawRecord]
     findings: list[LogFinding]
+
+
+class BatchRun(NamedTuple):
+    """Data batches without findings, in offset order (each right after the one before:
+    `sharestate.log.order.in_order`'s usual path, checked by the native scanner as it reads
+    them), and their records end to end. Readers that ask for runs get these in place of
+    the batches one by one: a log of small batches then costs a Python step per run."""
+
+    batches: list[Batch]
+    records: list[RawRecord]

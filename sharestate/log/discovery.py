@@ -29,9 +29,9 @@ import re
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import BinaryIO, Literal, cast, overload
 
-from sharestate.log.batch import Batch, LogFinding
+from sharestate.log.batch import Batch, BatchRun, LogFinding
 from sharestate.log.files import open_regular
 from sharestate.log.framing import DEFAULT_LIMITS, ReadLimits, read_batches
 from sharestate.log.order import OffsetOrder
@@ -78,13 +78,25 @@ class Segment:
         return cast(BinaryIO, FileStream(raw, size))
 
 
+@overload
 def read_segment(segment: Segment, *, start: int = 0, end: int | None = None,
-                 limits: ReadLimits = DEFAULT_LIMITS, order: OffsetOrder | None = None
-                 ) -> Iterator[Batch | LogFinding]:
+                 limits: ReadLimits = DEFAULT_LIMITS, order: OffsetOrder | None = None,
+                 runs: Literal[False] = False) -> Iterator[Batch | LogFinding]: ...
+
+
+@overload
+def read_segment(segment: Segment, *, start: int = 0, end: int | None = None,
+                 limits: ReadLimits = DEFAULT_LIMITS, order: OffsetOrder | None = None,
+                 runs: bool) -> Iterator[Batch | LogFinding | BatchRun]: ...
+
+
+def read_segment(segment: Segment, *, start: int = 0, end: int | None = None,
+                 limits: ReadLimits = DEFAULT_LIMITS, order: OffsetOrder | None = None,
+                 runs: bool = False) -> Iterator[Batch | LogFinding | BatchRun]:
     """Every batch and finding of `segment` (of its split [start, end) when given, see
-    `read_batches`; `order`: its partition log's offset order), each finding naming the
-    segment as its `source`. A segment that cannot be opened is one `unreadable_segment`
-    finding (in its first split)."""
+    `read_batches`, as are `runs`; `order`: its partition log's offset order), each finding
+    naming the segment as its `source`. A segment that cannot be opened is one
+    `unreadable_segment` finding (in its first split)."""
     source = str(segment.path)
     try:
         stream = segment.open()
@@ -98,7 +110,7 @@ def read_segment(segment: Segment, *, start: int = 0, end: int | None = None,
                                 max_inflated_bytes=limits.max_inflated_bytes,
                                 max_batch_records=limits.max_batch_records,
                                 max_raw_bytes=limits.max_raw_bytes, source=source,
-                                order=order)
+                                order=order, runs=runs)
 
 
 def _resolved(path: Path) -> Path:

@@ -36,7 +36,8 @@ import io
 import struct
 import zlib
 from collections.abc import Generator, Iterator
-from typing import BinaryIO
+from itertools import chain
+from typing import BinaryIO, Literal, overload
 
 from crc32c import crc32c
 
@@ -48,13 +49,14 @@ from sharestate.log.batch import (
     LOG_APPEND_TIME,
     Batch,
     BatchHeader,
+    BatchRun,
     LogFinding,
     RawRecord,
 )
 from sharestate.log.checksums import running_crc32, running_crc32c
 from sharestate.log.compression import DEFAULT_MAX_INFLATED_BYTES, DecompressionError, decompress
 from sharestate.log.legacy import parse_legacy
-from sharestate.log.order import OffsetOrder, in_order
+from sharestate.log.order import SEGMENT_SPAN, OffsetOrder, in_order
 from sharestate.log.records_v2 import parse_records, wrap64
 from sharestate.log.resync import (
     LEGACY_KEY_AT,
@@ -107,6 +109,7 @@ class ReadLimits:
 DEFAULT_LIMITS = ReadLimits()
 
 
+@overload
 def read_batches(stream: BinaryIO, *, start_position: int = 0, end_position: int | None = None,
                  max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
                  max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
@@ -114,9 +117,34 @@ def read_batches(stream: BinaryIO, *, start_position: int = 0, end_position: int
                  max_raw_bytes: int = DEFAULT_RAW_CAP,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES,
                  source: str | None = None,
-                 order: OffsetOrder | None = None) -> Iterator[Batch | LogFinding]:
+                 order: OffsetOrder | None = None,
+                 runs: Literal[False] = False) -> Iterator[Batch | LogFinding]: ...
+
+
+@overload
+def read_batches(stream: BinaryIO, *, start_position: int = 0, end_position: int | None = None,
+                 max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+                 max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+                 max_batch_records: int = DEFAULT_MAX_BATCH_RECORDS,
+                 max_raw_bytes: int = DEFAULT_RAW_CAP,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                 source: str | None = None,
+                 order: OffsetOrder | None = None,
+                 runs: bool) -> Iterator[Batch | LogFinding | BatchRun]: ...
+
+
+def read_batches(stream: BinaryIO, *, start_position: int = 0, end_position: int | None = None,
+                 max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+                 max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES,
+                 max_batch_records: int = DEFAULT_MAX_BATCH_RECORDS,
+                 max_raw_bytes: int = DEFAULT_RAW_CAP,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                 source: str | None = None,
+                 order: OffsetOrder | None = None,
+                 runs: bool = False) -> Iterator[Batch | LogFinding | BatchRun]:
     """Yield each batch of `stream` in order, and a `LogFinding` for each unreadable range
-    (each naming `source` as where it was found).
+    (each naming `source` as where it was found). With `runs`, consecutive batches that
+    the native scanner found clean and in order may come as one `BatchRun` instead.
 
     Every batch passes `order` (see `sharestate.log.order`; a new one when None): a batch
     whose offsets go back is refused with an `offset_order` finding. A partition's log
@@ -137,7 +165,7 @@ def read_batches(stream: BinaryIO, *, start_position: int = 0, end_position: int
     order.new_segment()
     return _Scanner(stream, start_position, max_batch_bytes, max_inflated_bytes,
                     max_batch_records, max_raw_bytes, chunk_bytes, end_position, source,
-                    order).run()
+                    order, runs).run()
 
 
 class _Scanner:
@@ -145,9 +173,10 @@ class _Scanner:
 
     def __init__(self, stream: BinaryIO, start: int, max_batch: int, max_inflated: int,
                  max_records: int, raw_cap: int, chunk: int, stop: int | None,
-                 source: str | None, order: OffsetOrder) -> None:
+                 source: str | None, order: OffsetOrder, runs: bool) -> None:
         self.stream = stream
         self.order = order
+        self.runs = runs
         self.source = source
         self.stop = stop
         self.start = start
@@ -225,7 +254,7 @@ class _Scanner:
 
     # -- the walk --------------------------------------------------------------------
 
-    def run(self) -> Iterator[Batch | LogFinding]:
+    def run(self) -> Iterator[Batch | LogFinding | BatchRun]:
         yield from in_order(self._walk(), self.order, self._raw, self.source)
         if self.read_error is not None:
             kind, reason = self.read_error
@@ -249,19 +278,27 @@ class _Scanner:
         off = batch.header.position - self.base
         return self.buf[off:off + min(batch.header.size_in_bytes, self.raw_cap)]
 
-    def _walk(self) -> Iterator[Batch | LogFinding]:
+    def _walk(self) -> Iterator[Batch | LogFinding | BatchRun]:
         self._seek_start()
         pos = self.start
         stop = self.stop
         while stop is None or pos < stop:
             if native.enabled():  # the run of clean batches buffered here, in C
                 while True:
-                    scanned, off = native.module.scan_v2(
+                    order = self.order  # as `in_order` left it, having taken every item
+                    scanned, off, ordered = native.module.scan_v2(
                         self.buf, pos - self.base, self.base, self.max_batch, self.max_records,
                         crc32c, CREATE_TIME, LOG_APPEND_TIME, COMPRESSION_NAMES[0],
-                        _SCAN_BATCHES, -1 if stop is None else stop)
+                        _SCAN_BATCHES, -1 if stop is None else stop,
+                        order.last if self.runs else None, order.segment_first, SEGMENT_SPAN)
                     pos = self.base + off
-                    yield from scanned
+                    if ordered:
+                        run = scanned[:ordered]
+                        yield BatchRun(run, list(chain.from_iterable(
+                            [batch.records for batch in run])))
+                        yield from scanned[ordered:]
+                    else:
+                        yield from scanned
                     if len(scanned) < _SCAN_BATCHES:
                         break
                 if stop is not None and pos >= stop:

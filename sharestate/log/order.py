@@ -42,13 +42,18 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
-from sharestate.log.batch import Batch, LogFinding
+from sharestate.log.batch import Batch, BatchRun, LogFinding
 
 SEGMENT_SPAN = (1 << 31) - 1
 """Most offsets a segment spans past its base offset (Kafka's relative offsets: int32)."""
 HELD_ITEMS = 16
 """Items that may wait behind a held batch before it is admitted without look-ahead."""
+
+
+Item = TypeVar("Item", Batch | LogFinding, Batch | LogFinding | BatchRun)
+"""What a log reader hands out: batches and findings, and runs of batches where asked."""
 
 
 class Verdict(enum.Enum):
@@ -135,17 +140,27 @@ def _refused(batch: Batch, why: str, raw: bytes, source: str | None) -> Batch:
     return Batch(header, [], [*batch.findings, finding])
 
 
-def in_order(items: Iterable[Batch | LogFinding], order: OffsetOrder,
+def in_order(items: Iterable[Item], order: OffsetOrder,
              raw_of: Callable[[Batch], bytes] = lambda batch: b"",
-             source: str | None = None) -> Iterator[Batch | LogFinding]:
+             source: str | None = None) -> Iterator[Item]:
     """`items` (a log's batches and findings, in log order) with every batch through
     `order`, one batch of look-ahead (see the module docstring). `raw_of(batch)`: the
-    bytes a refused batch's finding keeps, asked while the batch is the latest item."""
+    bytes a refused batch's finding keeps, asked while the batch is the latest item. A
+    `BatchRun` among them was checked against the order as it stood when it was read, so
+    that is where it must come: after every item before it has been taken."""
     held: Batch | None = None
     held_raw = b""
     before: tuple[int | None, int | None] = (None, None)  # the order without the held batch
     waiting: list[Batch | LogFinding] = []
     for item in items:
+        if isinstance(item, BatchRun):  # right after the last admitted offset: admitted
+            if held is not None:
+                yield held
+                yield from waiting
+                held, waiting = None, []
+            order.last = item.batches[-1].header.last_offset
+            yield item
+            continue
         if isinstance(item, LogFinding) or not item.header.crc_valid:
             if held is None:
                 yield item

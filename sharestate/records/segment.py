@@ -25,12 +25,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import accumulate, chain, islice
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, overload
 
 from sharestate.log import (
     DEFAULT_LIMITS,
     Batch,
     BatchHeader,
+    BatchRun,
     ControlRecord,
     LogFinding,
     RawRecord,
@@ -105,44 +106,73 @@ HELD_ITEMS = 1024
 4 KiB by default); a segment whose sample lies further is detected in a pass of its own."""
 
 
+@overload
 def detected_batches(segment: Segment, *, limits: ReadLimits = DEFAULT_LIMITS,
-                     held_items: int = HELD_ITEMS
-                     ) -> tuple[Detection, Iterator[Batch | LogFinding]]:
+                     held_items: int = HELD_ITEMS, runs: Literal[False] = False
+                     ) -> tuple[Detection, Iterator[Batch | LogFinding]]: ...
+
+
+@overload
+def detected_batches(segment: Segment, *, limits: ReadLimits = DEFAULT_LIMITS,
+                     held_items: int = HELD_ITEMS, runs: bool
+                     ) -> tuple[Detection, Iterator[Batch | LogFinding | BatchRun]]: ...
+
+
+def detected_batches(segment: Segment, *, limits: ReadLimits = DEFAULT_LIMITS,
+                     held_items: int = HELD_ITEMS, runs: bool = False
+                     ) -> tuple[Detection, Iterator[Batch | LogFinding | BatchRun]]:
     """`detect_segment` and `segment_batches` of the whole segment in one read: the items
     read while the sample is gathered are held and given back first (a segment without
     records, or all damage, is not read twice). The same as the two calls."""
-    items = read_segment(segment, limits=limits)
-    held: list[Batch | LogFinding] = []
+    items = read_segment(segment, limits=limits, runs=runs)
+    held: list[Batch | LogFinding | BatchRun] = []
     sample: list[tuple[bytes | None, bytes | None]] = []
     for item in items:
         held.append(item)
-        if isinstance(item, Batch) and not item.header.is_control:
+        if isinstance(item, BatchRun) or (isinstance(item, Batch)
+                                          and not item.header.is_control):
             sample.extend((record.key, record.value)
                           for record in islice(item.records, SAMPLE_RECORDS - len(sample)))
         if len(sample) >= SAMPLE_RECORDS:
             break
         if len(held) >= held_items:
             detection = detect_segment(segment, limits=limits)
-            return detection, segment_batches(segment, detection, limits=limits)
+            return detection, segment_batches(segment, detection, limits=limits, runs=runs)
     detection = detect(sample, topic=segment.topic, dialect_name=None)
     stream = chain(held, items)
     return detection, (stream if detection.topic is not None
                        else _unknown_topic(segment, detection, stream, 0))
 
 
+@overload
 def segment_batches(segment: Segment, detection: Detection, *, start: int = 0,
                     end: int | None = None, limits: ReadLimits = DEFAULT_LIMITS,
-                    order: OffsetOrder | None = None) -> Iterator[Batch | LogFinding]:
+                    order: OffsetOrder | None = None, runs: Literal[False] = False
+                    ) -> Iterator[Batch | LogFinding]: ...
+
+
+@overload
+def segment_batches(segment: Segment, detection: Detection, *, start: int = 0,
+                    end: int | None = None, limits: ReadLimits = DEFAULT_LIMITS,
+                    order: OffsetOrder | None = None, runs: bool
+                    ) -> Iterator[Batch | LogFinding | BatchRun]: ...
+
+
+def segment_batches(segment: Segment, detection: Detection, *, start: int = 0,
+                    end: int | None = None, limits: ReadLimits = DEFAULT_LIMITS,
+                    order: OffsetOrder | None = None, runs: bool = False
+                    ) -> Iterator[Batch | LogFinding | BatchRun]:
     """`read_segment` for a segment detected as `detection`: when its topic is unknown, the
     segment (unless empty or unreadable) is one `unknown_topic` finding instead. `order`:
     the offset order of the partition log the segment is part of (None: the segment is
-    read on its own)."""
-    items = read_segment(segment, start=start, end=end, limits=limits, order=order)
+    read on its own); `runs`: see `read_batches`."""
+    items = read_segment(segment, start=start, end=end, limits=limits, order=order, runs=runs)
     return items if detection.topic is not None else _unknown_topic(segment, detection, items,
                                                                      start)
 
 
-def _unknown_topic(segment: Segment, detection: Detection, items: Iterator[Batch | LogFinding],
+def _unknown_topic(segment: Segment, detection: Detection,
+                   items: Iterator[Batch | LogFinding | BatchRun],
                    start: int) -> Iterator[LogFinding]:
     for item in items:
         if isinstance(item, LogFinding) and item.kind == "unreadable_segment":

@@ -18,10 +18,11 @@ the same records need no second decode.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import compress, islice
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -32,6 +33,7 @@ from sharestate.log import (
     DEFAULT_LIMITS,
     DEFAULT_MAX_FINDINGS,
     Batch,
+    BatchRun,
     ControlRecord,
     LogFinding,
     RawRecord,
@@ -90,6 +92,7 @@ class Staged(NamedTuple):
 
 _DECODED_PATHS = ((0,), (3,), (5,))  # KeyValue: type id, value version, error
 _KIND = attrgetter("kind")
+_HEADER, _RECORDS = itemgetter(0), itemgetter(1)  # a Batch's fields, by position
 # BatchHeader items, by position.
 _HEADER_COLUMNS = (("position", 0), ("batch_base_offset", 1), ("batch_last_offset", 2),
                    ("batch_size", 3), ("partition_leader_epoch", 4), ("magic", 5),
@@ -123,7 +126,7 @@ class _Chunk:
         self.cap = cap  # the split's findings: which are listed
         self.records: list[Any] = []
         self.decoded: list[KeyValue | None] = []
-        self.batch_index: list[int] = []
+        self.batch_index = array("i")  # each record row's index in `headers`
         self.headers: list[Any] = []
         self.type_ids: list[Any] = []
         self.versions: list[Any] = []
@@ -149,9 +152,10 @@ class _Chunk:
         """Data batches without findings (the common case) at once: `records` are theirs
         end to end, `decoded` their decodings."""
         first = len(self.headers)
-        for i, batch in enumerate(batches, first):
-            self.batch_index.extend([i] * len(batch.records))
-        self.headers.extend(batch.header for batch in batches)
+        counts = np.fromiter(map(len, map(_RECORDS, batches)), np.int64, len(batches))
+        self.batch_index.frombytes(
+            np.repeat(np.arange(first, first + len(batches), dtype=np.int32), counts).tobytes())
+        self.headers.extend(map(_HEADER, batches))
         if self.timestamp_types is not None:
             self.timestamp_types.extend([None] * len(records))
         self._add_decoded(records, decoded, None)
@@ -284,7 +288,7 @@ class _Chunk:
             for i, (control, epoch) in self.controls.items():
                 controls[i], epochs[i] = control, epoch
             records.update(control_type=controls, coordinator_epoch=epochs)
-        index = pa.array(self.batch_index, pa.int32())
+        index = pa.array(np.frombuffer(self.batch_index, np.int32))
         for (name, _), column in zip(_HEADER_COLUMNS, columns_of(self.headers, _HEADER_SPECS),
                                      strict=True):
             records[name] = column.take(index)
@@ -317,12 +321,12 @@ def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
     """Stream one split as staging record batches (see the module docstring)."""
     segment = split.segment
     if detection is None and split.start == 0 and split.end is None:
-        detection, items = detected_batches(segment, limits=limits)
+        detection, items = detected_batches(segment, limits=limits, runs=True)
     else:
         if detection is None:
             detection = detect_segment(segment, limits=limits)
         items = segment_batches(segment, detection, start=split.start, end=split.end,
-                                limits=limits)
+                                limits=limits, runs=True)
     topic = detection.topic or UNKNOWN_TOPIC
     schemas = dialect(detection.dialect)
     names = _record_names(detection.dialect, topic)
@@ -342,7 +346,10 @@ def read_split(split: Split, run_id: str, *, detection: Detection | None = None,
 
     staged = 0  # rows in `chunk` (the clean records are not in it yet)
     for item in items:
-        if not (isinstance(item, LogFinding) or item.header.is_control or item.findings):
+        if isinstance(item, BatchRun):
+            clean.extend(item.batches)
+            records.extend(item.records)
+        elif not (isinstance(item, LogFinding) or item.header.is_control or item.findings):
             clean.append(item)
             records.extend(item.records)
         else:
