@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 import pyarrow as pa
@@ -102,15 +102,16 @@ def _bin(groups: Sequence[str], resumes: Sequence[str | None],
          since: int | None) -> Iterator[pa.RecordBatch]:
     keep = pa.array(groups, pa.string())
     topics: dict[str, int] = {}
-    parts = []
+    pieces: list[list[pa.Array]] = [[] for _ in CODED]
     for uri, partition in files:
         for batch in history_batches(uri, partition, wanted, since):
             rows = lag_inputs(batch.filter(pc.is_in(batch.column("group_id"), value_set=keep)))
             if rows.num_rows:
-                parts.append(_coded(rows, keep, topics))
-    rows = pa.Table.from_batches(parts, CODED)
-    del parts
-    keys = {name: _key(rows, name) for name in INPUT_ORDER}
+                for column, piece in zip(pieces, _coded(rows, keep, topics).columns,
+                                         strict=True):
+                    column.append(piece)
+    rows = _joined(pieces)
+    keys = {name: rows.column(name).to_numpy() for name in INPUT_ORDER}
     order = np.lexsort([keys[name] for name in reversed(INPUT_ORDER)])
     bounds = np.searchsorted(keys["group_id"][order], np.arange(len(groups) + 1))
     del keys
@@ -122,8 +123,8 @@ def _bin(groups: Sequence[str], resumes: Sequence[str | None],
             taken = rows.take(order[start:min(start + READ_ROWS, bounds[index + 1])])
             yield pa.RecordBatch.from_arrays([
                 pa.repeat(pa.scalar(group, pa.string()), taken.num_rows),
-                names.take(taken.column("topic_id").combine_chunks()),
-                *(taken.column(name).combine_chunks() for name in INPUT_SCHEMA.names[2:]),
+                names.take(taken.column("topic_id")),
+                *(taken.column(name) for name in INPUT_SCHEMA.names[2:]),
                 pa.nulls(taken.num_rows, pa.string())], schema=RESUMED_SCHEMA)
 
 
@@ -144,10 +145,18 @@ def _coded(rows: pa.RecordBatch, groups: pa.Array, topics: dict[str, int]) -> pa
         *rows.columns[2:]], schema=CODED)
 
 
-def _key(rows: pa.Table, name: str) -> np.ndarray[Any, Any]:
-    """A sort key: the column's values (never null) in one array."""
-    chunks = [chunk.to_numpy() for chunk in rows.column(name).chunks]
-    return np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
+def _joined(pieces: list[list[pa.Array]]) -> pa.RecordBatch:
+    """A bin's rows (`CODED`) from each column's pieces, each column in one array (a take
+    from it gathers three times faster than across chunks), a column's pieces let go once
+    it is joined: the bin holds its rows once more by one column at most."""
+    columns = []
+    pool = pa.default_memory_pool()
+    for field in CODED:
+        column = pieces.pop(0)
+        columns.append(pa.concat_arrays(column) if column else pa.array([], field.type))
+        del column
+        pool.release_unused()  # the pieces' memory back before the next column's
+    return pa.RecordBatch.from_arrays(columns, schema=CODED)
 
 
 def _resume_row(group: str, resume: str) -> pa.RecordBatch:
