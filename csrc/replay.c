@@ -20,11 +20,12 @@
 
 PyObject *native_combine_batches(PyObject *so_far, PyObject *new_batches, long long start);
 
-static PyObject *key_value_type = NULL, *state_batch_type = NULL, *one = NULL;
+static PyObject *key_value_type = NULL, *state_batch_type = NULL, *one = NULL, *minus_one = NULL;
 
 static int load_types(void) {
     if (key_value_type) return 0;
     if (!one && !(one = PyLong_FromLong(1))) return -1;
+    if (!minus_one && !(minus_one = PyLong_FromLong(-1))) return -1;
     PyObject *kv = PyImport_ImportModule("sharestate.records.keyvalue");
     if (!kv) return -1;
     key_value_type = PyObject_GetAttrString(kv, "KeyValue");
@@ -80,16 +81,72 @@ static PyObject *state_batches(PyObject *raw, PyObject *slots) {
     return out;
 }
 
-/* map[key] = max(map.get(key), value) */
-static int max_into(PyObject *map, PyObject *key, PyObject *value) {
-    PyObject *prev = PyDict_GetItemWithError(map, key);
-    if (!prev) {
-        if (PyErr_Occurred()) return -1;
-        return PyDict_SetItem(map, key, value);
+/* The ShareKey of the record last applied in one call's loop, and its hash: the next record
+ * of the same key (most are) takes both without building or hashing a key. Start each call
+ * with a zeroed one; it holds a reference to the key (`key_cache_clear` drops it). */
+typedef struct {
+    PyObject *key;
+    Py_hash_t hash;
+} KeyCache;
+
+static void key_cache_clear(KeyCache *cache) {
+    Py_CLEAR(cache->key);
+}
+
+/* A new reference to the `key_type` ShareKey of a decoded key struct (its first fields are
+ * the ShareKey's: native_slots checks the layouts), the cached one when its fields are of
+ * the same types and equal; `cache` then holds it and its hash. NULL on error. */
+static PyObject *share_key(KeyCache *cache, PyObject *key_type, PyObject *key_values) {
+    PyObject *prev = cache->key;
+    if (prev && Py_IS_TYPE(prev, (PyTypeObject *)key_type)) {
+        int same = 1;
+        for (int i = 0; same == 1 && i < SHARE_KEY_SIZE; i++) {
+            PyObject *a = PyTuple_GET_ITEM(key_values, i), *b = PyTuple_GET_ITEM(prev, i);
+            if (a != b) {
+                same = Py_IS_TYPE(a, Py_TYPE(b)) ? PyObject_RichCompareBool(a, b, Py_EQ) : 0;
+            }
+        }
+        if (same < 0) return NULL;
+        if (same) return Py_NewRef(prev);
     }
-    int less = PyObject_RichCompareBool(prev, value, Py_LT);
-    if (less < 0) return -1;
-    return less ? PyDict_SetItem(map, key, value) : 0;
+    PyObject *key = new_tuple(key_type, SHARE_KEY_SIZE);
+    if (!key) return NULL;
+    for (int i = 0; i < SHARE_KEY_SIZE; i++) {
+        PyTuple_SET_ITEM(key, i, Py_NewRef(PyTuple_GET_ITEM(key_values, i)));
+    }
+    Py_hash_t hash = PyObject_Hash(key);
+    if (hash == -1) { Py_DECREF(key); return NULL; }
+    Py_XSETREF(cache->key, Py_NewRef(key));
+    cache->hash = hash;
+    return key;
+}
+
+/* map.get(key) for the key of `cache` (borrowed; NULL when absent or on error: check
+ * PyErr_Occurred), and map[key] = value. The maps are plain dicts (NativeContext), so the
+ * key's hash, taken once a record, serves each of its lookups. */
+static inline PyObject *cached_get(PyObject *map, const KeyCache *cache) {
+    return _PyDict_GetItem_KnownHash(map, cache->key, cache->hash);
+}
+static inline int cached_set(PyObject *map, const KeyCache *cache, PyObject *value) {
+    return _PyDict_SetItem_KnownHash(map, cache->key, value, cache->hash);
+}
+static inline PyObject *cached_get_or_none(PyObject *map, const KeyCache *cache) {
+    PyObject *v = cached_get(map, cache);
+    if (!v) return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    return Py_NewRef(v);
+}
+
+/* map[key] = max(map.get(key), value); a new reference to the value it holds after. */
+static PyObject *max_into(PyObject *map, const KeyCache *cache, PyObject *value) {
+    PyObject *prev = cached_get(map, cache);
+    if (prev) {
+        int less = PyObject_RichCompareBool(prev, value, Py_LT);
+        if (less < 0) return NULL;
+        if (!less) return Py_NewRef(prev);
+    } else if (PyErr_Occurred()) {
+        return NULL;
+    }
+    return cached_set(map, cache, value) < 0 ? NULL : Py_NewRef(value);
 }
 
 /* A SharePartitionState of `type` holding `items` (references stolen). */
@@ -103,29 +160,35 @@ static PyObject *state_of(PyObject *type, PyObject *items[STATE_SIZE]) {
     return state;
 }
 
-static PyObject *get_or_none(PyObject *map, PyObject *key) {
-    PyObject *v = PyDict_GetItemWithError(map, key);
-    if (!v) return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
-    return Py_NewRef(v);
+/* What a record leaves its key with, for its HistoryEntry (new references; NULL: None). */
+typedef struct {
+    PyObject *state, *leader_epoch, *state_epoch, *count;
+} KeyAfter;
+
+static void key_after_clear(KeyAfter *after) {
+    Py_CLEAR(after->state);
+    Py_CLEAR(after->leader_epoch);
+    Py_CLEAR(after->state_epoch);
+    Py_CLEAR(after->count);
 }
 
 /* Append the key's HistoryEntry (sharestate.replay.share_log): (offset, timestamp, key,
- * then the key's item of each map below, None where absent). */
+ * then what the shard holds for it: state, leader epoch, state epoch, update count, last
+ * snapshot offset; None where absent). `after` has the first four (the last is read from
+ * the offsets manager's map). */
 static int record_history(PyObject *ctx, PyObject *history, PyObject *offset, PyObject *ts,
-                          PyObject *key) {
-    static const int maps[] = { CTX_STATES, CTX_LEADER_EPOCHS, CTX_STATE_EPOCHS, CTX_COUNTS,
-                                CTX_SNAPSHOT_OFFSETS };
-    enum { MAPS = sizeof maps / sizeof maps[0] };
-    PyObject *entry = PyTuple_New(3 + MAPS);
-    if (!entry) return -1;
-    PyTuple_SET_ITEM(entry, 0, Py_NewRef(offset));
-    PyTuple_SET_ITEM(entry, 1, Py_NewRef(ts));
-    PyTuple_SET_ITEM(entry, 2, Py_NewRef(key));
-    for (int i = 0; i < MAPS; i++) {
-        PyObject *v = get_or_none(PyTuple_GET_ITEM(ctx, maps[i]), key);
-        if (!v) { Py_DECREF(entry); return -1; }
-        PyTuple_SET_ITEM(entry, 3 + i, v);
+                          const KeyCache *cache, const KeyAfter *after) {
+    PyObject *snapshot_offset = cached_get_or_none(
+        PyTuple_GET_ITEM(ctx, CTX_SNAPSHOT_OFFSETS), cache);
+    if (!snapshot_offset) return -1;
+    PyObject *entry = PyTuple_New(8);
+    if (!entry) { Py_DECREF(snapshot_offset); return -1; }
+    PyObject *items[8] = {offset, ts, cache->key, after->state, after->leader_epoch,
+                          after->state_epoch, after->count, snapshot_offset};
+    for (int i = 0; i < 7; i++) {
+        PyTuple_SET_ITEM(entry, i, Py_NewRef(items[i] ? items[i] : Py_None));
     }
+    PyTuple_SET_ITEM(entry, 7, snapshot_offset);
     int rc = PyList_Check(history) ? PyList_Append(history, entry)
                                    : native_columns_append(history, entry);
     Py_DECREF(entry);
@@ -134,7 +197,8 @@ static int record_history(PyObject *ctx, PyObject *history, PyObject *offset, Py
 
 /* 1 applied (or skipped: it did not decode), 0 not taken (fall back), -1 error */
 static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *decoded,
-                     PyObject *slot_table, SlotCache *cache, PyObject *history) {
+                     PyObject *slot_table, SlotCache *slot_cache, KeyCache *key_cache,
+                     PyObject *history) {
     if (!Py_IS_TYPE(decoded, (PyTypeObject *)key_value_type)) return 0;
     PyObject *kind = PyTuple_GET_ITEM(decoded, KV_KIND);
     PyObject *key_values = PyTuple_GET_ITEM(decoded, KV_KEY);
@@ -145,11 +209,14 @@ static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *de
      * came with its batch): applied, without a history entry. */
     if (error != Py_None || kind == Py_None || key_values == Py_None) return 1;
     if (values == Py_None || version == Py_None) return 0;
-    PyObject *slots = native_cached_slots(cache, slot_table, kind, version);
+    PyObject *slots = native_cached_slots(slot_cache, slot_table, kind, version);
     if (!slots) return PyErr_Occurred() ? -1 : 0;
     PyObject *raw_batches = PyTuple_GET_ITEM(values, native_slot(slots, VALUE_SLOT_BATCHES));
     int valid = batches_valid(raw_batches, slots);
     if (valid <= 0) return valid;
+    int is_snapshot = PyObject_IsTrue(PyTuple_GET_ITEM(slots, VALUE_SLOT_IS_SNAPSHOT));
+    if (is_snapshot < 0) return -1;
+    if (is_snapshot && native_slot(slots, VALUE_SLOT_STATE_EPOCH) < 0) return 0;
     /* The combiner reads a StateBatch's fields from any tuple, so an update merged into an
      * existing state needs no StateBatch copies of batches whose structs hold them so. */
     int raw_order = native_slot(slots, VALUE_SLOT_FIRST_OFFSET) == BATCH_FIRST_OFFSET
@@ -170,24 +237,17 @@ static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *de
     PyObject *key_type = PyTuple_GET_ITEM(ctx, CTX_KEY_TYPE);
     PyObject *state_type = PyTuple_GET_ITEM(ctx, CTX_STATE_TYPE);
 
-    /* The key struct's first fields are the ShareKey's (native_slots checks the layouts). */
-    PyObject *key = new_tuple(key_type, SHARE_KEY_SIZE);
+    PyObject *key = share_key(key_cache, key_type, key_values);
     if (!key) return -1;
-    for (int i = 0; i < SHARE_KEY_SIZE; i++) {
-        PyTuple_SET_ITEM(key, i, Py_NewRef(PyTuple_GET_ITEM(key_values, i)));
-    }
-
-    int is_snapshot = PyObject_IsTrue(PyTuple_GET_ITEM(slots, VALUE_SLOT_IS_SNAPSHOT));
-    PyObject *minus_one = PyLong_FromLong(-1);
+    KeyAfter after = {NULL, NULL, NULL, NULL};
     PyObject *leader_epoch = PyTuple_GET_ITEM(values, native_slot(slots, VALUE_SLOT_LEADER_EPOCH));
     PyObject *start = PyTuple_GET_ITEM(values, native_slot(slots, VALUE_SLOT_START_OFFSET));
     int rc = -1;
-    if (!minus_one || max_into(leader_epochs, key, leader_epoch) < 0) goto done;
+    if (!(after.leader_epoch = max_into(leader_epochs, key_cache, leader_epoch))) goto done;
     if (is_snapshot) {
-        long sei = native_slot(slots, VALUE_SLOT_STATE_EPOCH);
-        if (sei < 0) { rc = 0; goto done; }
-        PyObject *state_epoch = PyTuple_GET_ITEM(values, sei);
-        if (max_into(state_epochs, key, state_epoch) < 0) goto done;
+        PyObject *state_epoch = PyTuple_GET_ITEM(
+            values, native_slot(slots, VALUE_SLOT_STATE_EPOCH));
+        if (!(after.state_epoch = max_into(state_epochs, key_cache, state_epoch))) goto done;
         if (!(batches = state_batches(raw_batches, slots))) goto done;
         PyObject *items[STATE_SIZE] = {
             [STATE_SNAPSHOT_EPOCH] = Py_NewRef(
@@ -202,21 +262,17 @@ static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *de
             [STATE_WRITE_TIMESTAMP] = field(
                 values, native_slot(slots, VALUE_SLOT_WRITE_TIMESTAMP), Py_None),
             [STATE_BATCHES] = Py_NewRef(batches) };
-        PyObject *state = state_of(state_type, items);
-        if (!state) goto done;
-        int set = PyDict_SetItem(states, key, state);
-        Py_DECREF(state);
-        if (set < 0) goto done;
-        PyObject *count = PyDict_GetItemWithError(counts, key);
+        if (!(after.state = state_of(state_type, items))) goto done;
+        if (cached_set(states, key_cache, after.state) < 0) goto done;
+        PyObject *count = cached_get(counts, key_cache);
         if (count) {
             int reached = PyObject_RichCompareBool(count, limit, Py_GE);
             if (reached < 0) goto done;
             if (reached) {
-                PyObject *zero = PyLong_FromLong(0);
-                if (!zero) goto done;
-                int r = PyDict_SetItem(counts, key, zero);
-                Py_DECREF(zero);
-                if (r < 0) goto done;
+                if (!(after.count = PyLong_FromLong(0))) goto done;
+                if (cached_set(counts, key_cache, after.count) < 0) goto done;
+            } else {
+                after.count = Py_NewRef(count);
             }
         } else if (PyErr_Occurred()) {
             goto done;
@@ -227,8 +283,7 @@ static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *de
     } else {
         long dcci = native_slot(slots, VALUE_SLOT_DELIVERY_COMPLETE_COUNT);
         PyObject *dcc = dcci < 0 ? minus_one : PyTuple_GET_ITEM(values, dcci);
-        PyObject *state = PyDict_GetItemWithError(states, key);
-        PyObject *new_state;
+        PyObject *state = cached_get(states, key_cache);
         if (!state) {
             if (PyErr_Occurred()) goto done;
             if (!(batches = state_batches(raw_batches, slots))) goto done;
@@ -242,7 +297,7 @@ static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *de
                 [STATE_CREATE_TIMESTAMP] = Py_NewRef(fresh_ts),
                 [STATE_WRITE_TIMESTAMP] = Py_NewRef(fresh_ts),
                 [STATE_BATCHES] = Py_NewRef(batches) };
-            new_state = state_of(state_type, items);
+            after.state = state_of(state_type, items);
         } else {
             int keep_start = PyObject_RichCompareBool(start, minus_one, Py_EQ);
             int keep_epoch = PyObject_RichCompareBool(leader_epoch, minus_one, Py_EQ);
@@ -266,25 +321,25 @@ static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *de
                     PyTuple_GET_ITEM(state, STATE_CREATE_TIMESTAMP)),
                 [STATE_WRITE_TIMESTAMP] = Py_NewRef(PyTuple_GET_ITEM(state, STATE_WRITE_TIMESTAMP)),
                 [STATE_BATCHES] = combined };
-            new_state = state_of(state_type, items);
+            after.state = state_of(state_type, items);
         }
-        if (!new_state) goto done;
-        int set = PyDict_SetItem(states, key, new_state);
-        Py_DECREF(new_state);
-        if (set < 0) goto done;
-        PyObject *count = PyDict_GetItemWithError(counts, key);
-        PyObject *next;
-        if (count) next = PyNumber_Add(count, one);
+        if (!after.state) goto done;
+        if (cached_set(states, key_cache, after.state) < 0) goto done;
+        PyObject *count = cached_get(counts, key_cache);
+        if (count) after.count = PyNumber_Add(count, one);
         else if (PyErr_Occurred()) goto done;
-        else next = Py_NewRef(first_count);
-        if (!next) goto done;
-        int r = PyDict_SetItem(counts, key, next);
-        Py_DECREF(next);
-        if (r < 0) goto done;
+        else after.count = Py_NewRef(first_count);
+        if (!after.count || cached_set(counts, key_cache, after.count) < 0) goto done;
+        if (history != Py_None) {
+            PyObject *state_epoch = cached_get(state_epochs, key_cache);
+            if (!state_epoch && PyErr_Occurred()) goto done;
+            after.state_epoch = Py_XNewRef(state_epoch);
+        }
     }
-    rc = history == Py_None ? 1 : (record_history(ctx, history, offset, ts, key) < 0 ? -1 : 1);
+    rc = history == Py_None ? 1
+         : (record_history(ctx, history, offset, ts, key_cache, &after) < 0 ? -1 : 1);
 done:
-    Py_XDECREF(minus_one);
+    key_after_clear(&after);
     Py_DECREF(key);
     Py_XDECREF(batches);
     return rc;
@@ -318,12 +373,14 @@ PyObject *native_share_apply(PyObject *self, PyObject *const *args, Py_ssize_t n
     PyObject *last_offset = Py_NewRef(Py_None), *last_ts = Py_NewRef(Py_None);
     PyObject *result = NULL;
     SlotCache cache = {NULL, NULL, NULL};
+    KeyCache keys = {NULL, 0};
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *record = PyList_GET_ITEM(records, i);
         PyObject *offset = native_record_field(record, RECORD_OFFSET);
         PyObject *ts = offset ? native_record_field(record, RECORD_TIMESTAMP) : NULL;
         if (!ts) { Py_XDECREF(offset); goto done; }
-        long long o = PyLong_AsLongLong(offset), t = PyLong_AsLongLong(ts);
+        long long o = bound_offset ? PyLong_AsLongLong(offset) : 0;
+        long long t = bound_time ? PyLong_AsLongLong(ts) : 0;
         int rc = PyErr_Occurred() ? -1 : 1;
         if (rc > 0 && ((bound_offset && o > max_offset) || (bound_time && t > max_time))) {
             Py_DECREF(offset);
@@ -332,7 +389,7 @@ PyObject *native_share_apply(PyObject *self, PyObject *const *args, Py_ssize_t n
             break;
         }
         PyObject *item = PyList_GET_ITEM(decoded, i);
-        if (rc > 0) rc = apply_one(ctx, offset, ts, item, slot_table, &cache, history);
+        if (rc > 0) rc = apply_one(ctx, offset, ts, item, slot_table, &cache, &keys, history);
         if (rc == 0) {
             PyObject *res = PyObject_CallFunctionObjArgs(fallback, record, item, NULL);
             rc = res ? 1 : -1;
@@ -345,6 +402,7 @@ PyObject *native_share_apply(PyObject *self, PyObject *const *args, Py_ssize_t n
     }
     result = Py_BuildValue("(nOOO)", applied, stopped ? Py_True : Py_False, last_offset, last_ts);
 done:
+    key_cache_clear(&keys);
     Py_DECREF(last_offset);
     Py_DECREF(last_ts);
     return result;
