@@ -9,7 +9,8 @@
  * tombstone); anything else is handed to `fallback`, so results and error messages are
  * those of the Python decoder by construction. A null key's KeyValue depends on nothing
  * else (an immutable error), so `fallback` is asked for it once per call and the answer is
- * shared: a batch of null-key records costs what its records cost.
+ * shared: a batch of null-key records costs what its records cost. Likewise a record whose
+ * key bytes are those of the record before shares that record's decoded key struct.
  */
 #include "native.h"
 
@@ -40,7 +41,23 @@ static PyObject *clean_struct(PyObject *capsule, const unsigned char *data, Py_s
     return values;
 }
 
-static PyObject *fast_one(PyObject *record, PyObject *table) {
+/* The key bytes (up to KEY_MEMO_MAX_LEN) of the record last decoded in one call's loop and
+ * their decoded struct: the next record with the same key bytes (a share-partition's
+ * records mostly follow one another) shares that struct, as equal as a fresh decoding and
+ * never changed after (decoded records are values), instead of decoding it again. Start
+ * each call with a zeroed one; `key_memo_clear` drops its reference. */
+#define KEY_MEMO_MAX_LEN 256
+typedef struct {
+    Py_ssize_t len;
+    PyObject *values;
+    char bytes[KEY_MEMO_MAX_LEN];
+} KeyMemo;
+
+static void key_memo_clear(KeyMemo *memo) {
+    Py_CLEAR(memo->values);
+}
+
+static PyObject *fast_one(PyObject *record, PyObject *table, KeyMemo *memo) {
     const char *key, *value;
     Py_ssize_t key_len, value_len;
     if (!native_record_view(record, &key, &key_len, &value, &value_len)) {
@@ -65,8 +82,17 @@ static PyObject *fast_one(PyObject *record, PyObject *table) {
         return NULL;
     }
     PyObject *kv = NULL, *key_values = NULL, *version = NULL, *values = NULL;
-    key_values = clean_struct(PyTuple_GET_ITEM(entry, KIND_PROGRAMS_KEY), kb, key_len);
-    if (!key_values) goto out;
+    if (memo->values && memo->len == key_len && memcmp(memo->bytes, key, (size_t)key_len) == 0) {
+        key_values = Py_NewRef(memo->values);
+    } else {
+        key_values = clean_struct(PyTuple_GET_ITEM(entry, KIND_PROGRAMS_KEY), kb, key_len);
+        if (!key_values) goto out;
+        if (key_len <= KEY_MEMO_MAX_LEN) {
+            Py_XSETREF(memo->values, Py_NewRef(key_values));
+            memcpy(memo->bytes, key, (size_t)key_len);
+            memo->len = key_len;
+        }
+    }
     if (!value) {
         version = Py_NewRef(Py_None);
         values = Py_NewRef(Py_None);
@@ -110,9 +136,10 @@ PyObject *native_decode_key_values(PyObject *self, PyObject *const *args, Py_ssi
     PyObject *out = PyList_New(n);
     if (!out) return NULL;
     PyObject *null_key = NULL;  /* the fallback's answer for a null key, once asked */
+    KeyMemo memo = {0, NULL, {0}};
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *record = PyList_GET_ITEM(records, i);
-        PyObject *kv = fast_one(record, table);
+        PyObject *kv = fast_one(record, table, &memo);
         if (!kv) {
             if (PyErr_Occurred()) goto fail;
             PyObject *key = native_record_field(record, RECORD_KEY);
@@ -131,9 +158,11 @@ PyObject *native_decode_key_values(PyObject *self, PyObject *const *args, Py_ssi
         PyList_SET_ITEM(out, i, kv);
     }
     Py_XDECREF(null_key);
+    key_memo_clear(&memo);
     return out;
 fail:
     Py_XDECREF(null_key);
+    key_memo_clear(&memo);
     Py_DECREF(out);
     return NULL;
 }

@@ -8,6 +8,7 @@ import json
 import os
 import random
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -50,6 +51,7 @@ from sharestate.records.keyvalue import (
     _native_table,
     decode_key_value,
     decode_key_values,
+    encode_key_value,
 )
 from sharestate.records.spec import Kind, StructLayout
 from sharestate.tables.arrow_log import records_of
@@ -310,6 +312,28 @@ def test_native_key_value_decoding_asks_the_python_decoder_once_for_null_keys() 
     assert asked == [(None, b"\x00\x01"), (b"\x00", None)]
     assert decoded == [decode_key_value(schemas, catalog.SHARE_STATE_TOPIC, r.key, r.value)
                        for r in records]
+
+
+def test_native_key_value_decoding_shares_the_key_of_the_record_before() -> None:
+    """Records with the key bytes of the record before share its decoded key (a share-
+    partition's records mostly follow one another: decoding each key again was a tenth of a
+    replay task's decoding); a record of another key, or after one that did not decode, gets
+    its own, and every KeyValue equals the Python decoder's."""
+    schemas = catalog.dialect("4.1")
+    kind = schemas.topics[catalog.SHARE_STATE_TOPIC][1]
+    value = (0, 0, 6025, 1, ((6027, 6027, 2, 1, None),), None)
+    keys = [encode_key_value(kind, ("g", _TOPIC_ID, p, None), 0, value)[0] for p in (1, 2)]
+    _, value_bytes = encode_key_value(kind, ("g", _TOPIC_ID, 1, None), 0, value)
+    order = [0, 0, 0, 1, 1, 0]
+    records = [RawRecord(i, 0, -1, keys[k], value_bytes, ()) for i, k in enumerate(order)]
+    records.insert(3, RawRecord(3, 0, -1, keys[1], b"\x00", ()))  # its value does not decode
+    decoded = native.module.decode_key_values(
+        records, _native_table(schemas, catalog.SHARE_STATE_TOPIC),
+        partial(decode_key_value, schemas, catalog.SHARE_STATE_TOPIC))
+    assert decoded == [decode_key_value(schemas, catalog.SHARE_STATE_TOPIC, r.key, r.value)
+                       for r in records]
+    same = [decoded[i].key is decoded[i - 1].key for i in range(1, len(decoded))]
+    assert same == [True, True, False, False, True, False]
 
 
 _BATCH = st.builds(StateBatch, st.integers(90, 140), st.integers(90, 140), st.integers(0, 4),
