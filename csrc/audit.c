@@ -16,6 +16,8 @@
 #include "native.h"
 
 static PyObject *key_value_type = NULL;
+/* The ShareKeys share_audit built last (see native_share_key). */
+static NativeKey recent_keys[NATIVE_RECENT_KEYS];
 
 static int load_types(void) {
     if (key_value_type) return 0;
@@ -56,14 +58,10 @@ static int audit_one(PyObject *seen, PyObject *seen_type, PyObject *key_type,
     PyObject *slots = native_cached_slots(cache, slot_table, kind, version);
     if (!slots) return PyErr_Occurred() ? -1 : 0;
 
-    /* The key struct's first fields are the ShareKey's (native_slots checks the layouts). */
-    PyObject *key = ((PyTypeObject *)key_type)->tp_alloc((PyTypeObject *)key_type, SHARE_KEY_SIZE);
-    if (!key) return -1;
-    for (int i = 0; i < SHARE_KEY_SIZE; i++) {
-        PyTuple_SET_ITEM(key, i, Py_NewRef(PyTuple_GET_ITEM(key_values, i)));
-    }
+    NativeKey key;
+    if (native_share_key(recent_keys, key_type, key_values, &key) < 0) return -1;
     int rc = -1;
-    PyObject *prev = PyDict_GetItemWithError(seen, key);
+    PyObject *prev = native_key_get(seen, &key);
     if (!prev) { rc = PyErr_Occurred() ? -1 : 0; goto done; }
 
     long long leader, start, max_leader, prev_start, snapshot_epoch, prev_snapshot_epoch;
@@ -123,10 +121,10 @@ static int audit_one(PyObject *seen, PyObject *seen_type, PyObject *key_type,
     }
     PyObject *next = seen_of(seen_type, items);
     if (!next) goto done;
-    rc = PyDict_SetItem(seen, key, next) < 0 ? -1 : 1;
+    rc = native_key_set(seen, &key, next) < 0 ? -1 : 1;
     Py_DECREF(next);
 done:
-    Py_DECREF(key);
+    Py_DECREF(key.key);
     return rc;
 }
 

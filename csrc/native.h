@@ -174,6 +174,54 @@ static inline PyObject *native_cached_slots(SlotCache *cache, PyObject *slot_tab
     return slots;
 }
 
+/* A ShareKey and its hash. */
+typedef struct {
+    PyObject *key;
+    Py_hash_t hash;
+} NativeKey;
+/* The ShareKeys last built from decoded key structs, found again by the identity of their
+ * fields: decoding shares the strings of a key (a cache of them) and the small ints, and
+ * the struct itself between consecutive records of a key, so a share-partition's records
+ * take one ShareKey object, hashed once, that the shard's dicts hold too (a lookup then
+ * matches it by identity, not field by field). Each file using it keeps its own table
+ * (`static NativeKey recent[NATIVE_RECENT_KEYS]`): its references live with the module. */
+enum { NATIVE_RECENT_KEYS = 64 };
+/* *out = a new reference to the `key_type` ShareKey of a decoded key struct (its first
+ * fields are the ShareKey's: native_slots checks the layouts), and its hash; -1 on error. */
+static inline int native_share_key(NativeKey recent[NATIVE_RECENT_KEYS], PyObject *key_type,
+                                   PyObject *key_values, NativeKey *out) {
+    PyObject *const *fields = &PyTuple_GET_ITEM(key_values, 0);
+    uintptr_t h = 0;
+    for (int i = 0; i < SHARE_KEY_SIZE; i++) h = h * 1000003u ^ ((uintptr_t)fields[i] >> 4);
+    NativeKey *slot = &recent[(h ^ (h >> 16)) % NATIVE_RECENT_KEYS];
+    PyObject *held = slot->key;
+    int same = held && Py_IS_TYPE(held, (PyTypeObject *)key_type);
+    for (int i = 0; same && i < SHARE_KEY_SIZE; i++) same = PyTuple_GET_ITEM(held, i) == fields[i];
+    if (same) {
+        *out = (NativeKey){Py_NewRef(held), slot->hash};
+        return 0;
+    }
+    PyObject *key = ((PyTypeObject *)key_type)->tp_alloc((PyTypeObject *)key_type,
+                                                        SHARE_KEY_SIZE);
+    if (!key) return -1;
+    for (int i = 0; i < SHARE_KEY_SIZE; i++) PyTuple_SET_ITEM(key, i, Py_NewRef(fields[i]));
+    Py_hash_t hash = PyObject_Hash(key);
+    if (hash == -1) { Py_DECREF(key); return -1; }
+    Py_XSETREF(slot->key, Py_NewRef(key));
+    slot->hash = hash;
+    *out = (NativeKey){key, hash};
+    return 0;
+}
+/* map.get(key) (borrowed; NULL when absent or on error: check PyErr_Occurred) and
+ * map[key] = value for a dict `map`, with the key's hash taken once (CPython 3.11's
+ * known-hash dict calls). */
+static inline PyObject *native_key_get(PyObject *map, const NativeKey *key) {
+    return _PyDict_GetItem_KnownHash(map, key->key, key->hash);
+}
+static inline int native_key_set(PyObject *map, const NativeKey *key, PyObject *value) {
+    return _PyDict_SetItem_KnownHash(map, key->key, value, key->hash);
+}
+
 /* Raise sharestate.records.codec.DecodeError(message, position). Returns NULL. */
 PyObject *native_decode_error(Py_ssize_t position, const char *format, ...);
 /* 16 bytes -> Kafka's Uuid.toString() (22 chars of URL-safe base64). */

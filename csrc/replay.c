@@ -81,64 +81,19 @@ static PyObject *state_batches(PyObject *raw, PyObject *slots) {
     return out;
 }
 
-/* The ShareKey of the record last applied in one call's loop, and its hash: the next record
- * of the same key (most are) takes both without building or hashing a key. Start each call
- * with a zeroed one; it holds a reference to the key (`key_cache_clear` drops it). */
-typedef struct {
-    PyObject *key;
-    Py_hash_t hash;
-} KeyCache;
+/* The ShareKeys share_apply built last (see native_share_key). */
+static NativeKey recent_keys[NATIVE_RECENT_KEYS];
 
-static void key_cache_clear(KeyCache *cache) {
-    Py_CLEAR(cache->key);
-}
-
-/* A new reference to the `key_type` ShareKey of a decoded key struct (its first fields are
- * the ShareKey's: native_slots checks the layouts), the cached one when its fields are of
- * the same types and equal; `cache` then holds it and its hash. NULL on error. */
-static PyObject *share_key(KeyCache *cache, PyObject *key_type, PyObject *key_values) {
-    PyObject *prev = cache->key;
-    if (prev && Py_IS_TYPE(prev, (PyTypeObject *)key_type)) {
-        int same = 1;
-        for (int i = 0; same == 1 && i < SHARE_KEY_SIZE; i++) {
-            PyObject *a = PyTuple_GET_ITEM(key_values, i), *b = PyTuple_GET_ITEM(prev, i);
-            if (a != b) {
-                same = Py_IS_TYPE(a, Py_TYPE(b)) ? PyObject_RichCompareBool(a, b, Py_EQ) : 0;
-            }
-        }
-        if (same < 0) return NULL;
-        if (same) return Py_NewRef(prev);
-    }
-    PyObject *key = new_tuple(key_type, SHARE_KEY_SIZE);
-    if (!key) return NULL;
-    for (int i = 0; i < SHARE_KEY_SIZE; i++) {
-        PyTuple_SET_ITEM(key, i, Py_NewRef(PyTuple_GET_ITEM(key_values, i)));
-    }
-    Py_hash_t hash = PyObject_Hash(key);
-    if (hash == -1) { Py_DECREF(key); return NULL; }
-    Py_XSETREF(cache->key, Py_NewRef(key));
-    cache->hash = hash;
-    return key;
-}
-
-/* map.get(key) for the key of `cache` (borrowed; NULL when absent or on error: check
- * PyErr_Occurred), and map[key] = value. The maps are plain dicts (NativeContext), so the
- * key's hash, taken once a record, serves each of its lookups. */
-static inline PyObject *cached_get(PyObject *map, const KeyCache *cache) {
-    return _PyDict_GetItem_KnownHash(map, cache->key, cache->hash);
-}
-static inline int cached_set(PyObject *map, const KeyCache *cache, PyObject *value) {
-    return _PyDict_SetItem_KnownHash(map, cache->key, value, cache->hash);
-}
-static inline PyObject *cached_get_or_none(PyObject *map, const KeyCache *cache) {
-    PyObject *v = cached_get(map, cache);
+/* map.get(key), a new reference (None when absent); NULL on error. */
+static inline PyObject *get_or_none(PyObject *map, const NativeKey *key) {
+    PyObject *v = native_key_get(map, key);
     if (!v) return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
     return Py_NewRef(v);
 }
 
 /* map[key] = max(map.get(key), value); a new reference to the value it holds after. */
-static PyObject *max_into(PyObject *map, const KeyCache *cache, PyObject *value) {
-    PyObject *prev = cached_get(map, cache);
+static PyObject *max_into(PyObject *map, const NativeKey *key, PyObject *value) {
+    PyObject *prev = native_key_get(map, key);
     if (prev) {
         int less = PyObject_RichCompareBool(prev, value, Py_LT);
         if (less < 0) return NULL;
@@ -146,7 +101,7 @@ static PyObject *max_into(PyObject *map, const KeyCache *cache, PyObject *value)
     } else if (PyErr_Occurred()) {
         return NULL;
     }
-    return cached_set(map, cache, value) < 0 ? NULL : Py_NewRef(value);
+    return native_key_set(map, key, value) < 0 ? NULL : Py_NewRef(value);
 }
 
 /* A SharePartitionState of `type` holding `items` (references stolen). */
@@ -177,13 +132,13 @@ static void key_after_clear(KeyAfter *after) {
  * snapshot offset; None where absent). `after` has the first four (the last is read from
  * the offsets manager's map). */
 static int record_history(PyObject *ctx, PyObject *history, PyObject *offset, PyObject *ts,
-                          const KeyCache *cache, const KeyAfter *after) {
-    PyObject *snapshot_offset = cached_get_or_none(
-        PyTuple_GET_ITEM(ctx, CTX_SNAPSHOT_OFFSETS), cache);
+                          const NativeKey *key, const KeyAfter *after) {
+    PyObject *snapshot_offset = get_or_none(
+        PyTuple_GET_ITEM(ctx, CTX_SNAPSHOT_OFFSETS), key);
     if (!snapshot_offset) return -1;
     PyObject *entry = PyTuple_New(8);
     if (!entry) { Py_DECREF(snapshot_offset); return -1; }
-    PyObject *items[8] = {offset, ts, cache->key, after->state, after->leader_epoch,
+    PyObject *items[8] = {offset, ts, key->key, after->state, after->leader_epoch,
                           after->state_epoch, after->count, snapshot_offset};
     for (int i = 0; i < 7; i++) {
         PyTuple_SET_ITEM(entry, i, Py_NewRef(items[i] ? items[i] : Py_None));
@@ -197,7 +152,7 @@ static int record_history(PyObject *ctx, PyObject *history, PyObject *offset, Py
 
 /* 1 applied (or skipped: it did not decode), 0 not taken (fall back), -1 error */
 static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *decoded,
-                     PyObject *slot_table, SlotCache *slot_cache, KeyCache *key_cache,
+                     PyObject *slot_table, SlotCache *slot_cache,
                      PyObject *history) {
     if (!Py_IS_TYPE(decoded, (PyTypeObject *)key_value_type)) return 0;
     PyObject *kind = PyTuple_GET_ITEM(decoded, KV_KIND);
@@ -237,17 +192,17 @@ static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *de
     PyObject *key_type = PyTuple_GET_ITEM(ctx, CTX_KEY_TYPE);
     PyObject *state_type = PyTuple_GET_ITEM(ctx, CTX_STATE_TYPE);
 
-    PyObject *key = share_key(key_cache, key_type, key_values);
-    if (!key) return -1;
+    NativeKey key;
+    if (native_share_key(recent_keys, key_type, key_values, &key) < 0) return -1;
     KeyAfter after = {NULL, NULL, NULL, NULL};
     PyObject *leader_epoch = PyTuple_GET_ITEM(values, native_slot(slots, VALUE_SLOT_LEADER_EPOCH));
     PyObject *start = PyTuple_GET_ITEM(values, native_slot(slots, VALUE_SLOT_START_OFFSET));
     int rc = -1;
-    if (!(after.leader_epoch = max_into(leader_epochs, key_cache, leader_epoch))) goto done;
+    if (!(after.leader_epoch = max_into(leader_epochs, &key, leader_epoch))) goto done;
     if (is_snapshot) {
         PyObject *state_epoch = PyTuple_GET_ITEM(
             values, native_slot(slots, VALUE_SLOT_STATE_EPOCH));
-        if (!(after.state_epoch = max_into(state_epochs, key_cache, state_epoch))) goto done;
+        if (!(after.state_epoch = max_into(state_epochs, &key, state_epoch))) goto done;
         if (!(batches = state_batches(raw_batches, slots))) goto done;
         PyObject *items[STATE_SIZE] = {
             [STATE_SNAPSHOT_EPOCH] = Py_NewRef(
@@ -263,27 +218,27 @@ static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *de
                 values, native_slot(slots, VALUE_SLOT_WRITE_TIMESTAMP), Py_None),
             [STATE_BATCHES] = Py_NewRef(batches) };
         if (!(after.state = state_of(state_type, items))) goto done;
-        if (cached_set(states, key_cache, after.state) < 0) goto done;
-        PyObject *count = cached_get(counts, key_cache);
+        if (native_key_set(states, &key, after.state) < 0) goto done;
+        PyObject *count = native_key_get(counts, &key);
         if (count) {
             int reached = PyObject_RichCompareBool(count, limit, Py_GE);
             if (reached < 0) goto done;
             if (reached) {
                 if (!(after.count = PyLong_FromLong(0))) goto done;
-                if (cached_set(counts, key_cache, after.count) < 0) goto done;
+                if (native_key_set(counts, &key, after.count) < 0) goto done;
             } else {
                 after.count = Py_NewRef(count);
             }
         } else if (PyErr_Occurred()) {
             goto done;
         }
-        PyObject *res = PyObject_CallFunctionObjArgs(update_offsets, key, offset, Py_False, NULL);
+        PyObject *res = PyObject_CallFunctionObjArgs(update_offsets, key.key, offset, Py_False, NULL);
         if (!res) goto done;
         Py_DECREF(res);
     } else {
         long dcci = native_slot(slots, VALUE_SLOT_DELIVERY_COMPLETE_COUNT);
         PyObject *dcc = dcci < 0 ? minus_one : PyTuple_GET_ITEM(values, dcci);
-        PyObject *state = cached_get(states, key_cache);
+        PyObject *state = native_key_get(states, &key);
         if (!state) {
             if (PyErr_Occurred()) goto done;
             if (!(batches = state_batches(raw_batches, slots))) goto done;
@@ -324,23 +279,23 @@ static int apply_one(PyObject *ctx, PyObject *offset, PyObject *ts, PyObject *de
             after.state = state_of(state_type, items);
         }
         if (!after.state) goto done;
-        if (cached_set(states, key_cache, after.state) < 0) goto done;
-        PyObject *count = cached_get(counts, key_cache);
+        if (native_key_set(states, &key, after.state) < 0) goto done;
+        PyObject *count = native_key_get(counts, &key);
         if (count) after.count = PyNumber_Add(count, one);
         else if (PyErr_Occurred()) goto done;
         else after.count = Py_NewRef(first_count);
-        if (!after.count || cached_set(counts, key_cache, after.count) < 0) goto done;
+        if (!after.count || native_key_set(counts, &key, after.count) < 0) goto done;
         if (history != Py_None) {
-            PyObject *state_epoch = cached_get(state_epochs, key_cache);
+            PyObject *state_epoch = native_key_get(state_epochs, &key);
             if (!state_epoch && PyErr_Occurred()) goto done;
             after.state_epoch = Py_XNewRef(state_epoch);
         }
     }
     rc = history == Py_None ? 1
-         : (record_history(ctx, history, offset, ts, key_cache, &after) < 0 ? -1 : 1);
+         : (record_history(ctx, history, offset, ts, &key, &after) < 0 ? -1 : 1);
 done:
     key_after_clear(&after);
-    Py_DECREF(key);
+    Py_DECREF(key.key);
     Py_XDECREF(batches);
     return rc;
 }
@@ -373,7 +328,6 @@ PyObject *native_share_apply(PyObject *self, PyObject *const *args, Py_ssize_t n
     PyObject *last_offset = Py_NewRef(Py_None), *last_ts = Py_NewRef(Py_None);
     PyObject *result = NULL;
     SlotCache cache = {NULL, NULL, NULL};
-    KeyCache keys = {NULL, 0};
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *record = PyList_GET_ITEM(records, i);
         PyObject *offset = native_record_field(record, RECORD_OFFSET);
@@ -389,7 +343,7 @@ PyObject *native_share_apply(PyObject *self, PyObject *const *args, Py_ssize_t n
             break;
         }
         PyObject *item = PyList_GET_ITEM(decoded, i);
-        if (rc > 0) rc = apply_one(ctx, offset, ts, item, slot_table, &cache, &keys, history);
+        if (rc > 0) rc = apply_one(ctx, offset, ts, item, slot_table, &cache, history);
         if (rc == 0) {
             PyObject *res = PyObject_CallFunctionObjArgs(fallback, record, item, NULL);
             rc = res ? 1 : -1;
@@ -402,7 +356,6 @@ PyObject *native_share_apply(PyObject *self, PyObject *const *args, Py_ssize_t n
     }
     result = Py_BuildValue("(nOOO)", applied, stopped ? Py_True : Py_False, last_offset, last_ts);
 done:
-    key_cache_clear(&keys);
     Py_DECREF(last_offset);
     Py_DECREF(last_ts);
     return result;

@@ -641,6 +641,34 @@ def test_native_share_apply_skips_records_that_did_not_decode() -> None:
     assert (result, asked, history, list(shard)) == ((4, False, 3, 1003), [], [], [])
 
 
+def test_native_share_apply_takes_one_key_object_per_share_partition() -> None:
+    """A share-partition's records, in separate calls and between another's, take one
+    ShareKey object (the one the shard's dicts hold: a lookup matches it by identity), where
+    each record built and hashed its own; all else equals the Python path's."""
+    from sharestate.log import BatchHeader
+    from sharestate.replay.logs import END
+
+    schemas = catalog.dialect("4.1")
+    kind = schemas.topics[catalog.SHARE_STATE_TOPIC][1]
+
+    def batch(*records: tuple[int, int]) -> tuple[Any, list[RawRecord], list[Any]]:
+        raw = []
+        for offset, partition in records:
+            value = (0, 0, offset, 1, ((offset, offset, 2, 1, None),), None)
+            key, data = encode_key_value(kind, ("g", _TOPIC_ID, partition, None), 0, value)
+            raw.append(RawRecord(offset, 1000 + offset, -1, key, data, ()))
+        header = BatchHeader(0, raw[0].offset, raw[-1].offset, 0, 0, 2, 0, True, "none",
+                             "CreateTime", 0, 0, -1, 0, -1, False, False, len(raw), False)
+        return header, raw, decode_key_values(schemas, catalog.SHARE_STATE_TOPIC, raw)
+
+    batches = [batch((0, 1), (1, 1), (2, 2)), batch((3, 1), (4, 2))]
+    in_c = _apply(batches, 5, END, True, in_c=True)
+    assert in_c == _apply(batches, 5, END, True, in_c=False)
+    keys = [entry[2] for _, entries in in_c[0] for entry in entries]
+    assert keys[0] is keys[1] is keys[3] and keys[2] is keys[4] and keys[0] != keys[2]
+    assert all(any(key is k for k in dict(in_c[2])) for key in keys)
+
+
 # -- Columns: rows to Arrow buffers against `ColumnsPy` -------------------------------------
 
 _INT64 = st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from((2**63, -(2**63) - 1)))
