@@ -21,14 +21,19 @@ from sharestate.app.cli import main
 from sharestate.log import (
     Batch,
     BatchRun,
+    ControlRecord,
     LogFinding,
     RawRecord,
     build_batch,
+    build_control_batch,
     discover,
+    parse_control,
     read_batches,
 )
 from sharestate.log.order import OffsetOrder, Verdict
-from sharestate.records.segment import detect_segment
+from sharestate.records.segment import QuietRun, detect_segment, quiet_runs
+from sharestate.replay.logs import partition_logs
+from sharestate.replay.share_log import ShareReplay
 from sharestate.tables import bronze
 from sharestate.tables.tasks import bronze_tables
 
@@ -165,6 +170,66 @@ def test_runs_of_batches_are_the_batches_one_by_one(twin: str) -> None:
         flat = [b for i in items for b in (i.batches if isinstance(i, BatchRun) else [i])]
         assert flat == _read(data)
     assert (found_runs > 0) == (twin == "native")
+
+
+def _aborted(data: bytes, spans: list[damage.Span]) -> bytes:
+    """`data` with its first transaction marker an abort."""
+    marker = next(s for s in spans if s.is_control)
+    [batch] = _read(data[marker.position:marker.position + marker.size])
+    assert isinstance(batch, Batch)
+    h, [record] = batch.header, batch.records
+    control = parse_control(record, h)
+    assert isinstance(control, ControlRecord) and control.type == "COMMIT"
+    abort = build_control_batch("ABORT", offset=h.base_offset, timestamp=record.timestamp,
+                                coordinator_epoch=control.coordinator_epoch,
+                                producer_id=h.producer_id, producer_epoch=h.producer_epoch,
+                                partition_leader_epoch=h.partition_leader_epoch)
+    return data[:marker.position] + abort + data[marker.position + marker.size:]
+
+
+def _share_logs() -> list[bytes]:
+    """Kafka's share-state logs (uncompressed, compressed, with transactions, tombstones),
+    its transactional one with the first transaction aborted, and damaged copies of its
+    longest one: two batches swapped, one copied, a record that does not decode."""
+    logs = [path.read_bytes() for path in sorted(conformance_dir("kafka-4.4-dev").glob(
+        "share_*.log"))]
+    data, spans = _kafka_log("share_replay_small.log")
+    [batch] = _read(data[spans[20].position:spans[20].position + spans[20].size])
+    assert isinstance(batch, Batch) and batch.records[0].value
+    at = data.index(batch.records[0].value, spans[20].position)
+    undecodable = bytearray(data)
+    undecodable[at:at + 2] = b"\x7f\x7f"  # a value version no schema has
+    damage.fix_crc(undecodable, spans[20].position)
+    return [*logs, _aborted(*_kafka_log("share_txn.log")),
+            damage.swap(data, spans[5], spans[6]),
+            damage.splice(data, spans[9], data[spans[9].position:spans[9].position
+                                               + spans[9].size]), bytes(undecodable)]
+
+
+def test_a_replay_reads_runs_as_it_reads_batches(twin: str, tmp_path: Path) -> None:
+    """A share replay's items (`PartitionLog.items`, runs of quiet batches decoded in one
+    call) are its batches gathered, and replay to the same state, history and findings as
+    the batches gathered one by one."""
+    for n, data in enumerate(_share_logs()):
+        folder = tmp_path / str(n) / f"{SHARE}-0"
+        folder.mkdir(parents=True)
+        (folder / "00000000000000000000.log").write_bytes(data)
+        [log], _ = partition_logs(discover([folder]))
+        items = list(log.items())
+        assert [b for i in items for b in (i.batches() if isinstance(i, QuietRun) else [i])
+                ] == list(log.batches())
+        for run in (i for i in items if isinstance(i, QuietRun)):  # what makes it quiet
+            assert not any(h.is_transactional or h.is_control for h in run.headers)
+            assert all(end > start for start, end in pairwise([0, *run.ends]))
+        replays, histories = [], []
+        for read in (log.items(), quiet_runs(log.batches())):
+            replay = ShareReplay.of_log(log, collect_history=True)
+            history: list[Any] = []
+            replay.run(read, history.extend)
+            replays.append(replay.snapshot())
+            histories.append(history)
+        assert histories[0] == histories[1] and len(histories[0]) > 0
+        assert replays[0].tables == replays[1].tables
 
 
 @pytest.mark.parametrize(("offsets", "last_delta", "message"), [

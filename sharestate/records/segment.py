@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import accumulate, chain, islice
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any, Literal, NamedTuple, overload
 
 from sharestate.log import (
@@ -41,7 +41,7 @@ from sharestate.log import (
     read_segment,
 )
 from sharestate.log.order import OffsetOrder
-from sharestate.records.catalog import dialect
+from sharestate.records.catalog import Dialect, dialect
 from sharestate.records.detect import SAMPLE_RECORDS, Detection, detect
 from sharestate.records.keyvalue import KeyValue, RecordError, decode_key_values
 from sharestate.records.render import to_json
@@ -308,9 +308,9 @@ records of a run stay in cache between decode and apply): replaying segments, 51
 as fast as 65,536 and as fast as 128."""
 
 
-def quiet_runs(items: Iterator[DecodedBatch | LogFinding]) -> Iterator[LogItem]:
+def quiet_runs(items: Iterator[LogItem]) -> Iterator[LogItem]:
     """`items` with each stretch of batches outside transactions, without control records
-    or findings, gathered into `QuietRun`s."""
+    or findings, gathered into `QuietRun`s (the runs among them passed on as they are)."""
     batches: list[DecodedBatch] = []
     records: list[RawRecord] = []
     decoded: list[Any] = []
@@ -324,6 +324,11 @@ def quiet_runs(items: Iterator[DecodedBatch | LogFinding]) -> Iterator[LogItem]:
         return gathered
 
     for item in items:
+        if isinstance(item, QuietRun):  # gathered as read (`decode_batches` with runs)
+            if batches:
+                yield run()
+            yield item
+            continue
         if isinstance(item, DecodedBatch) and item.records and not item.findings \
                 and not item.failed and not item.omitted and not item.header.is_transactional \
                 and not item.header.is_control:
@@ -340,48 +345,99 @@ def quiet_runs(items: Iterator[DecodedBatch | LogFinding]) -> Iterator[LogItem]:
         yield run()
 
 
+@overload
 def decode_batches(segment: Segment, detection: Detection, *,
-                   limits: ReadLimits = DEFAULT_LIMITS, order: OffsetOrder | None = None
-                   ) -> Iterator[DecodedBatch | LogFinding]:
+                   limits: ReadLimits = DEFAULT_LIMITS, order: OffsetOrder | None = None,
+                   runs: Literal[False] = False) -> Iterator[DecodedBatch | LogFinding]: ...
+
+
+@overload
+def decode_batches(segment: Segment, detection: Detection, *,
+                   limits: ReadLimits = DEFAULT_LIMITS, order: OffsetOrder | None = None,
+                   runs: bool) -> Iterator[LogItem]: ...
+
+
+def decode_batches(segment: Segment, detection: Detection, *,
+                   limits: ReadLimits = DEFAULT_LIMITS, order: OffsetOrder | None = None,
+                   runs: bool = False) -> Iterator[LogItem]:
     """Stream `segment` batch by batch under `detection`'s topic and dialect (`order`: as
     for `segment_batches`), its findings past `limits.max_findings` counted (`FindingCap`)
-    and summed up at its end."""
+    and summed up at its end. With `runs`, a run the reader gathered (`BatchRun`) that is
+    quiet and decodes without a finding comes as one `QuietRun`, decoded in one call."""
     topic = detection.topic
     schemas = dialect(detection.dialect)
     source = str(segment.path)
     cap = FindingCap(limits.max_findings, source)
-    for item in segment_batches(segment, detection, limits=limits, order=order):
-        if isinstance(item, LogFinding):
-            if cap.admit(item.kind, item.position, item.offset):
-                yield item
+    for read in segment_batches(segment, detection, limits=limits, order=order, runs=runs):
+        if isinstance(read, LogFinding):
+            if cap.admit(read.kind, read.position, read.offset):
+                yield read
             continue
         assert topic is not None
-        header, records = item.header, item.records
-        decoded: list[Decoded]
-        if header.is_control:
-            decoded = [parse_control(record, header) for record in records]
-            bad = any(isinstance(d, LogFinding) for d in decoded)
-        else:
-            values = decode_key_values(schemas, topic, records)
-            bad = any(map(_ERROR, values))  # at C speed: most batches have no error
-            decoded = list(values)
-        failed: list[LogFinding] = []
-        omitted = 0
-        if bad:
-            for record, outcome in zip(records, decoded, strict=True):
-                kind = failure_kind(outcome)
-                if kind is None:
-                    continue
-                if cap.admit(kind, header.position, record.offset):
-                    finding = record_finding(header, record, outcome, source)
-                    assert finding is not None
-                    failed.append(finding)
-                else:
-                    omitted += 1
-        own = [f for f in item.findings if cap.admit(f.kind, f.position, f.offset)]
-        omitted += len(item.findings) - len(own)
-        yield DecodedBatch(header, records, decoded, own, tuple(failed), omitted)
+        if isinstance(read, BatchRun):
+            quiet = _quiet_runs(read, schemas, topic)
+            if quiet is not None:
+                yield from quiet
+                continue
+        for item in read.batches if isinstance(read, BatchRun) else (read,):
+            yield _decoded_batch(item, schemas, topic, cap, source)
     yield from cap.summary()
+
+
+_HEADER, _RECORDS = itemgetter(0), itemgetter(1)  # a Batch's fields, by position
+_TRANSACTIONAL = attrgetter("is_transactional")
+
+
+def _quiet_runs(run: BatchRun, schemas: Dialect, topic: str) -> list[QuietRun] | None:
+    """`run` as `QuietRun`s of about `QUIET_RUN_RECORDS` records (as `quiet_runs` cuts
+    them) when it is quiet: outside transactions, every batch holding records, every record
+    decoding (None: it is taken batch by batch)."""
+    headers = list(map(_HEADER, run.batches))
+    counts = list(map(len, map(_RECORDS, run.batches)))
+    if any(map(_TRANSACTIONAL, headers)) or not all(counts):
+        return None
+    values = decode_key_values(schemas, topic, run.records)
+    if any(map(_ERROR, values)):
+        return None
+    decoded: list[Decoded] = list(values)
+    ends = list(accumulate(counts))
+    runs, first, start = [], 0, 0  # the next run's first batch and first record
+    for i, end in enumerate(ends, 1):
+        if end - start >= QUIET_RUN_RECORDS or i == len(ends):
+            runs.append(QuietRun(headers[first:i], run.records[start:end], decoded[start:end],
+                                 [e - start for e in ends[first:i]]))
+            first, start = i, end
+    return runs
+
+
+def _decoded_batch(item: Batch, schemas: Dialect, topic: str, cap: FindingCap,
+                   source: str) -> DecodedBatch:
+    """One batch decoded, its findings and its records' admitted to the cap."""
+    header, records = item.header, item.records
+    decoded: list[Decoded]
+    if header.is_control:
+        decoded = [parse_control(record, header) for record in records]
+        bad = any(isinstance(d, LogFinding) for d in decoded)
+    else:
+        values = decode_key_values(schemas, topic, records)
+        bad = any(map(_ERROR, values))  # at C speed: most batches have no error
+        decoded = list(values)
+    failed: list[LogFinding] = []
+    omitted = 0
+    if bad:
+        for record, outcome in zip(records, decoded, strict=True):
+            kind = failure_kind(outcome)
+            if kind is None:
+                continue
+            if cap.admit(kind, header.position, record.offset):
+                finding = record_finding(header, record, outcome, source)
+                assert finding is not None
+                failed.append(finding)
+            else:
+                omitted += 1
+    own = [f for f in item.findings if cap.admit(f.kind, f.position, f.offset)]
+    omitted += len(item.findings) - len(own)
+    return DecodedBatch(header, records, decoded, own, tuple(failed), omitted)
 
 
 def failure_kind(decoded: Decoded) -> str | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import chain
 from typing import Protocol
 
 from sharestate.log import DEFAULT_LIMITS, LogFinding, ReadLimits, Segment
@@ -164,7 +165,12 @@ class PartitionLog:
             yield from decode_batches(segment, detection, limits=self.limits, order=order)
 
     def items(self) -> Iterator[LogItem]:
-        return quiet_runs(self.batches())
+        """`batches()` with stretches of quiet batches gathered into `QuietRun`s, those the
+        reader found in a row decoded as one."""
+        order = OffsetOrder()
+        return quiet_runs(chain.from_iterable(
+            decode_batches(segment, detection, limits=self.limits, order=order, runs=True)
+            for segment, detection in zip(self.segments, self.detections, strict=True)))
 
 
 def log_key(segment: Segment, topic: str) -> tuple[str, object]:
