@@ -37,6 +37,7 @@ from sharestate.records.segment import (
 )
 from sharestate.replay.logs import END, AsOf, LogSource, partition_logs
 from sharestate.replay.share_log import ShareReplay, replay_share_log
+from sharestate.tables import gold_pass
 from sharestate.tables.arrow_log import COLUMNS, ArrowLog
 from sharestate.tables.bronze import Split, read_split
 from sharestate.tables.gold import history_batch, history_columns
@@ -234,6 +235,27 @@ def test_replay_from_bronze_rows_equals_replay_from_the_segment(path: Path) -> N
         rows = ArrowLog("__share_group_state", 0, records.to_batches(max_chunksize=7),
                         dialect)
         assert _replayed(rows, as_of) == expected
+
+
+@pytest.mark.parametrize("name", ["share_replay_small", "share_txn"])
+def test_bronze_files_read_with_dictionary_strings_make_the_same_batches(
+        name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`read_partition_files` reads a file's few-valued string columns (compression,
+    timestamp type, dialect) as Arrow dictionaries, which differ from one row group to the
+    next: `ArrowLog` makes the same batches of them as of the rows with plain strings,
+    transaction markers included."""
+    records = _bronze_records(conformance_dir("kafka-4.4-dev") / f"{name}.log")
+    uri = str(tmp_path / "rows.parquet")
+    pq.write_table(records.drop_columns(["segment"]), uri, row_group_size=5)
+    monkeypatch.setattr(gold_pass, "READ_ROWS", 5)
+    offsets = records["offset"].to_pylist()
+    rows = list(gold_pass.read_partition_files(
+        0, [gold_pass.BronzeFile(uri, 0, offsets[0], offsets[-1], 0)]))
+    assert all(pa.types.is_dictionary(r.schema.field(c).type)
+               for r in rows for c in gold_pass.DICTIONARY_COLUMNS)
+    dialect = records["dialect"][0].as_py()
+    assert list(ArrowLog(SHARE, 0, rows, dialect).batches()) == list(
+        ArrowLog(SHARE, 0, records.to_batches(max_chunksize=5), dialect).batches())
 
 
 @pytest.mark.parametrize("name", ["share_replay_small", "share_txn"])

@@ -150,7 +150,10 @@ def _chunk(data: pa.RecordBatch, starts: np.ndarray, schemas: Dialect, topic: st
     max_stamp[max_stamp == np.iinfo(np.int64).min] = -1
 
     def first(name: str) -> pa.Array:
-        return data.column(name).take(take).fill_null(HEADER_DEFAULTS[name])
+        column = data.column(name).take(take)
+        if isinstance(column, pa.DictionaryArray):
+            column = column.dictionary_decode()
+        return column.fill_null(HEADER_DEFAULTS[name])
 
     headers = tuples_of(BatchHeader, len(starts), [
         first("position"), pc.coalesce(data.column("batch_base_offset").take(take),

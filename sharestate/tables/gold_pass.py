@@ -60,6 +60,9 @@ GROUP_GOLD = ("consumer_group_offsets", "share_group_partitions", "audit_finding
 HISTORY_ROWS = 65_536
 REPLAY_COLUMNS = (*COLUMNS, "segment", "dialect")
 """The `log_records` columns a replay reads."""
+DICTIONARY_COLUMNS = ("timestamp_type", "compression", "dialect")
+"""Columns of a few distinct strings, read as Arrow dictionaries (each row's string is
+needed at most once a batch, and the Parquet files hold them as dictionaries)."""
 READ_ROWS = 8_192
 """Bronze rows handed to the replay at a time (records decoded ahead of their apply stay in
 cache)."""
@@ -238,7 +241,7 @@ def read_partition_files(partition: int, files: Sequence[BronzeFile], *,
              and (f.below is None or f.first_offset < f.below)]
     for group in _overlapping(files):
         if len(group) == 1:
-            source = pq.ParquetFile(group[0].uri)
+            source = pq.ParquetFile(group[0].uri, read_dictionary=DICTIONARY_COLUMNS)
             offsets = source.read(columns=["offset"])["offset"].drop_null()
             if len(offsets) < 2 or pc.all(pc.greater(offsets[1:], offsets[:-1])).as_py():
                 batches: Iterator[pa.RecordBatch] = (
