@@ -14,6 +14,7 @@ import heapq
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -22,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.util import inheritable_thread_target
 
 from sharestate.analytics.audit import (
     DECODE_ERROR_DETAIL,
@@ -338,14 +340,18 @@ def analytics(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
     states = lake.read(warehouse.path("share_partition_state"))
     metadata = {"run": run_id, "job": "analytics"}
     derived = ("share_group_lag", "redelivery")
-    lake.overwrite_many(states, partial(_analytics_task, names=names, inputs=inputs),
-                        {name: Target(warehouse.path(name), [{}]) for name in derived},
-                        metadata=metadata)
-    for name in ("topic_end_offsets", "share_group_lag_history", "lag_state"):  # older
-        warehouse.create(lake, name)                                              # warehouses
-    lake.read(warehouse.path(HISTORY_VIEW)).createOrReplaceTempView(HISTORY_VIEW)
-    ends = _end_offsets(spark, lake, warehouse, inputs, names, metadata)
-    _lag_history(spark, lake, warehouse, ends, names, run_id, metadata)
+    # the lag now and the redeliveries, a small job, beside the lag history's planning
+    with ThreadPoolExecutor(1) as beside:
+        now = beside.submit(inheritable_thread_target(spark)(lake.overwrite_many), states,
+                            partial(_analytics_task, names=names, inputs=inputs),
+                            {name: Target(warehouse.path(name), [{}]) for name in derived},
+                            metadata=metadata)
+        for name in ("topic_end_offsets", "share_group_lag_history", "lag_state"):  # older
+            warehouse.create(lake, name)                                          # warehouses
+        lake.read(warehouse.path(HISTORY_VIEW)).createOrReplaceTempView(HISTORY_VIEW)
+        ends = _end_offsets(spark, lake, warehouse, inputs, names, metadata)
+        _lag_history(spark, lake, warehouse, ends, names, run_id, metadata)
+        now.result()
     report.rows.update({name: table_rows(warehouse.path(name)) for name in (
         *derived, "topic_end_offsets", "share_group_lag_history")})
     keys = {ShareKey(r["group_id"], r["topic_id"], r["partition"]): r["state_partition"]
