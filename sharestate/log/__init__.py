@@ -17,6 +17,8 @@ from sharestate.log.batch import (
     BatchRun,
     LogFinding,
     RawRecord,
+    headers_of,
+    record_counts,
 )
 from sharestate.log.builder import (
     DEFAULT_SEGMENT_BYTES,
@@ -92,9 +94,11 @@ __all__ = [
     "discover",
     "encode_record",
     "end_txn_marker_value",
+    "headers_of",
     "parse_control",
     "parse_records",
     "read_batches",
     "read_segment",
+    "record_counts",
     "segment_of",
 ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import NamedTuple
 
 COMPRESSION_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -101,3 +103,16 @@ class BatchRun(NamedTuple):
 
     batches: list[Batch]
     records: list[RawRecord]
+
+
+_HEADER, _RECORDS = itemgetter(0), itemgetter(1)  # a Batch's fields, by position
+
+
+def headers_of(batches: Iterable[Batch]) -> Iterator[BatchHeader]:
+    """The header of each of `batches` (a step in C per batch)."""
+    return map(_HEADER, batches)
+
+
+def record_counts(batches: Iterable[Batch]) -> Iterator[int]:
+    """How many records each of `batches` holds (a step in C per batch)."""
+    return map(len, map(_RECORDS, batches))

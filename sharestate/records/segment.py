@@ -37,8 +37,10 @@ from sharestate.log import (
     RawRecord,
     ReadLimits,
     Segment,
+    headers_of,
     parse_control,
     read_segment,
+    record_counts,
 )
 from sharestate.log.order import OffsetOrder
 from sharestate.records.catalog import Dialect, dialect
@@ -384,7 +386,6 @@ def decode_batches(segment: Segment, detection: Detection, *,
     yield from cap.summary()
 
 
-_HEADER, _RECORDS = itemgetter(0), itemgetter(1)  # a Batch's fields, by position
 _TRANSACTIONAL = attrgetter("is_transactional")
 
 
@@ -392,8 +393,8 @@ def _quiet_runs(run: BatchRun, schemas: Dialect, topic: str) -> list[QuietRun] |
     """`run` as `QuietRun`s of about `QUIET_RUN_RECORDS` records (as `quiet_runs` cuts
     them) when it is quiet: outside transactions, every batch holding records, every record
     decoding (None: it is taken batch by batch)."""
-    headers = list(map(_HEADER, run.batches))
-    counts = list(map(len, map(_RECORDS, run.batches)))
+    headers = list(headers_of(run.batches))
+    counts = list(record_counts(run.batches))
     if any(map(_TRANSACTIONAL, headers)) or not all(counts):
         return None
     values = decode_key_values(schemas, topic, run.records)

@@ -22,7 +22,7 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import compress, islice
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -39,7 +39,9 @@ from sharestate.log import (
     RawRecord,
     ReadLimits,
     Segment,
+    headers_of,
     parse_control,
+    record_counts,
 )
 from sharestate.records.catalog import dialect
 from sharestate.records.detect import SAMPLE_RECORDS, Detection, detect
@@ -92,7 +94,6 @@ class Staged(NamedTuple):
 
 _DECODED_PATHS = ((0,), (3,), (5,))  # KeyValue: type id, value version, error
 _KIND = attrgetter("kind")
-_HEADER, _RECORDS = itemgetter(0), itemgetter(1)  # a Batch's fields, by position
 # BatchHeader items, by position.
 _HEADER_COLUMNS = (("position", 0), ("batch_base_offset", 1), ("batch_last_offset", 2),
                    ("batch_size", 3), ("partition_leader_epoch", 4), ("magic", 5),
@@ -152,10 +153,10 @@ class _Chunk:
         """Data batches without findings (the common case) at once: `records` are theirs
         end to end, `decoded` their decodings."""
         first = len(self.headers)
-        counts = np.fromiter(map(len, map(_RECORDS, batches)), np.int64, len(batches))
+        counts = np.fromiter(record_counts(batches), np.int64, len(batches))
         self.batch_index.frombytes(
             np.repeat(np.arange(first, first + len(batches), dtype=np.int32), counts).tobytes())
-        self.headers.extend(map(_HEADER, batches))
+        self.headers.extend(headers_of(batches))
         if self.timestamp_types is not None:
             self.timestamp_types.extend([None] * len(records))
         self._add_decoded(records, decoded, None)
