@@ -3,6 +3,7 @@ changes the state exactly as if it were not there (Kafka's loader refuses it).""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -194,7 +195,44 @@ def test_jpeg_renamed_log_is_an_unknown_topic_for_every_command(tmp_path: Path) 
     for command in ("decode", "state", "prune", "offsets"):
         status, _, findings = run(command, jpeg, tmp_path)
         assert status == 1, command
-        assert [f["kind"] for f in findings] == ["unknown_topic"], command
+        assert [f["kind"] for f in findings] == ["unknown_topic", "unknown_magic"], command
+
+
+@pytest.mark.parametrize("cut", [1, 16, 61, "first"])
+def test_a_segment_cut_before_its_first_record_still_says_where_and_why(
+        cut: int | str, tmp_path: Path) -> None:
+    """A segment whose topic no record tells (here cut inside its first batch, its name
+    telling nothing) is not decoded, and its bytes' findings still come, with position,
+    offset and bytes (only `unknown_topic`, without bytes, came)."""
+    data = fixture("consumer_offsets_txn")
+    first = damage.layout(data)[0]
+    at = first.size - 1 if cut == "first" else int(cut)
+    path = tmp_path / "cut.log"
+    path.write_bytes(data[:at])
+    kind = "trailing_bytes" if at < 17 else "truncated_batch"
+    for command in ("decode", "state", "prune", "offsets"):
+        status, _, findings = run(command, path, tmp_path)
+        assert status == 1, command
+        assert [f["kind"] for f in findings] == ["unknown_topic", kind], command
+        cut_finding = findings[1]
+        assert cut_finding["position"] == 0 and cut_finding["raw_length"] == at
+        assert base64.b64decode(cut_finding["raw"]) == data[:at]
+        assert cut_finding["offset"] == (None if at < 17 else first.base_offset)
+
+
+def test_a_segment_of_unknown_topic_lists_max_findings_of_its_bytes(tmp_path: Path) -> None:
+    """Its bytes' findings are capped as any segment's are, for every command."""
+    data = fixture("share_codec_none")
+    span = damage.layout(data)[0]
+    refused = damage.flip(data[span.position:span.position + span.size], span.size - 5)
+    path = tmp_path / "refused.log"
+    path.write_bytes(refused * 5)  # every batch a CRC mismatch: no record to tell the topic
+    for command in ("decode", "state", "prune", "offsets"):
+        status, _, findings = run(command, path, tmp_path, "--max-findings", "2")
+        assert status == 1, command
+        assert [f["kind"] for f in findings] == ["unknown_topic", "crc_mismatch",
+                                                 "omitted_findings"], command
+        assert findings[2]["message"].startswith("4 more crc_mismatch findings"), command
 
 
 def test_offsets_segment_with_nothing_readable_is_not_taken_for_share_state(

@@ -3,12 +3,12 @@
 This is the one place that says what a segment's findings are, for every command and the
 pipeline: each framing finding of `read_segment` (garbage, truncation, an unreadable file),
 each batch's own findings (a refused batch, a payload that does not inflate), and one per
-record that does not decode (`record_finding`). A segment whose topic no record tells is
-one `unknown_topic` finding and is not read further (`segment_batches`). A segment lists
-its first `ReadLimits.max_findings` findings in full, in log order (a batch's records'
-before its own); the rest `FindingCap` counts per kind, and the segment ends with one
-`omitted_findings` finding per kind saying how many, so memory and every sink stay bounded
-and nothing goes unsaid.
+record that does not decode (`record_finding`). A segment whose topic no record tells
+gives one `unknown_topic` finding and its records are not decoded, but its bytes' findings
+still come (`segment_batches`). A segment lists its first `ReadLimits.max_findings`
+findings in full, in log order (a batch's records' before its own); the rest `FindingCap`
+counts per kind, and the segment ends with one `omitted_findings` finding per kind saying
+how many, so memory and every sink stay bounded and nothing goes unsaid.
 
 `decode_segment` streams one segment and yields a `DecodedRecord` per record and per
 finding that is not a record's, in log order, so nothing is dropped. The segment's topic
@@ -176,13 +176,22 @@ def segment_batches(segment: Segment, detection: Detection, *, start: int = 0,
 def _unknown_topic(segment: Segment, detection: Detection,
                    items: Iterator[Batch | LogFinding | BatchRun],
                    start: int) -> Iterator[LogFinding]:
+    """The findings of a segment whose topic is unknown: one `unknown_topic` (its records
+    are not decoded), then those of its bytes, which need no topic (a truncation, garbage,
+    a refused batch), each with its position and bytes."""
+    told = start != 0  # a later split of the segment: its first one tells
     for item in items:
         if isinstance(item, LogFinding) and item.kind == "unreadable_segment":
             yield item
-        elif start == 0:
+            return
+        if not told:
             yield LogFinding("unknown_topic", f"{detection.describe()}: the segment is not read",
                           0, None, b"", 0, str(segment.path))
-        return
+            told = True
+        if isinstance(item, LogFinding):
+            yield item
+        elif isinstance(item, Batch):
+            yield from item.findings
 
 
 class FindingCap:

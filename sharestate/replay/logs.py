@@ -22,6 +22,7 @@ from sharestate.log.order import OffsetOrder
 from sharestate.records.detect import Detection
 from sharestate.records.segment import (
     DecodedBatch,
+    FindingCap,
     LogItem,
     decode_batches,
     detect_segment,
@@ -196,8 +197,11 @@ def partition_logs(segments: list[Segment], *, dialect: str | None = None,
     for segment in segments:
         detection = detect_segment(segment, dialect_name=dialect, topic=topic, limits=limits)
         if detection.topic is None:
+            cap = FindingCap(limits.max_findings, str(segment.path))
             unknown.extend(item for item in segment_batches(segment, detection, limits=limits)
-                           if isinstance(item, LogFinding))
+                           if isinstance(item, LogFinding)
+                           and cap.admit(item.kind, item.position, item.offset))
+            unknown.extend(cap.summary())
             continue
         key = log_key(segment, detection.topic)
         log = logs.get(key)
