@@ -18,6 +18,7 @@ whose memory is measured. Hangs fail through the time limits.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import os
@@ -363,6 +364,29 @@ def test_a_log_of_update_tombstones_lists_max_findings_of_the_replay(
             f"42 more update-tombstone findings in this partition, from offset "
             f"{len(records) + 8} on"), omitted
         assert lines[-1] == "52 findings"
+
+
+def test_a_record_with_an_empty_value_holds_its_key_as_bytes(tmp_path: Path) -> None:
+    """A value of no bytes has no version (a bad_value): its finding holds the record's key,
+    in `decode` and the ingest task's decode_errors (it held no byte)."""
+    fixture = conformance_root() / "kafka-4.4-dev" / "share_codec_none.log"
+    if not fixture.is_file():
+        pytest.skip(f"{fixture} not found")
+    with fixture.open("rb") as segment:
+        first = next(b for b in read_batches(segment) if isinstance(b, Batch)).records[0]
+    with SegmentWriter(tmp_path, SHARE, 0) as writer:
+        writer.append(build_batch([first, first._replace(offset=first.offset + 1, value=b"")]))
+    [path] = writer.directory.iterdir()
+    found = tmp_path / "findings"
+    assert main(["decode", str(path), "-o", os.devnull, "--findings", str(found)]) == 1
+    [finding] = [json.loads(line) for line in found.read_text("utf-8").splitlines()]
+    assert (finding["kind"], finding["offset"]) == ("bad_value", first.offset + 1)
+    assert base64.b64decode(finding["raw"]) == first.key
+    [segment] = discover([path])
+    split = bronze.read_split(bronze.Split(segment), "hostile", detection=detect_segment(segment))
+    [row] = [row for table, rows in bronze_tables(split) if table == "decode_errors"
+             for row in rows.to_pylist()]
+    assert (row["kind"], row["raw"]) == ("bad_value", first.key)
 
 
 @pytest.mark.parametrize("how", ["cut", "trailing", "flip"])

@@ -523,7 +523,9 @@ def test_a_count_that_disagrees_with_the_payload_is_a_finding(
         pure: bool, codec: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Kafka's iterator fails on a batch whose records end before its count does or go on
     after it; a batch declaring none it does not read at all. Each is a finding here, with
-    a valid CRC too, and the records read before the mismatch are kept."""
+    a valid CRC too, and the records read before the mismatch are kept. Its bytes are those
+    after the records read, or the batch (whose header declares the count) when none are
+    left (they were empty)."""
     if pure:
         monkeypatch.setattr(native, "module", None)
     three = [RawRecord(10 + i, 1000, -1, b"k%d" % i, b"v", ()) for i in range(3)]
@@ -537,6 +539,9 @@ def test_a_count_that_disagrees_with_the_payload_is_a_finding(
         assert item.records == kept
         [finding] = item.findings
         assert finding.kind == "bad_record" and message in finding.message, finding
+        assert finding.raw and finding.raw_length == len(finding.raw), finding
+        if count == 5:
+            assert (finding.position, finding.raw) == (0, _recount(batch, count))
     [whole] = read_all(_recount(batch, 3))
     assert isinstance(whole, Batch) and whole.records == three and not whole.findings
 

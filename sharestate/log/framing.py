@@ -15,9 +15,10 @@ refuses it: it comes with no records and a `crc_mismatch` finding holding its by
 a batch declaring more records than `max_batch_records` (`too_many_records`, nothing
 decompressed or parsed). A record count that disagrees with the payload is a `bad_record`
 finding, as it is an error for Kafka's record iterator: fewer records than declared (the
-records read are kept), bytes left after the declared ones (kept too), or a batch declaring
-none that holds bytes after its header (Kafka's iterator does not look at those: nothing
-is read of them, but they are reported). An impossible length, an unknown magic or a batch
+records read are kept; the finding holds the batch, whose header declares them), bytes
+left after the declared ones (kept too), or a batch declaring none that holds bytes after
+its header (Kafka's iterator does not look at those: nothing is read of them, but they are
+reported). An impossible length, an unknown magic or a batch
 running past the end of the stream yields one top-level `LogFinding`, after which reading
 resumes at the next position where an intact batch starts (`resync`: cheap header checks
 on every byte, a CRC only where they pass). A refused batch's length is not trusted either:
@@ -473,6 +474,8 @@ class _Scanner:
                                            base_timestamp, base_sequence, last_delta)
             if error is not None:
                 message, at = error
+                if at == end:  # no byte left: the header's count is what is wrong
+                    at = off
                 findings.append(LogFinding.of("bad_record", message, position + at - off,
                                            base_offset, buf[at:end], self.raw_cap))
         elif codec >= len(COMPRESSION_NAMES):
@@ -492,7 +495,7 @@ class _Scanner:
                     message, at = error
                     findings.append(LogFinding.of(
                         "bad_record", f"{message} (at byte {at} of the decompressed records)",
-                        position, base_offset, data[at:], self.raw_cap))
+                        position, base_offset, data[at:] or buf[off:end], self.raw_cap))
         if attributes & 8 and records:
             records = [record._replace(timestamp=max_timestamp) for record in records]
         return Batch(header, records, findings)

@@ -257,7 +257,7 @@ class FindingCap:
 def record_finding(header: BatchHeader, record: RawRecord, decoded: Decoded,
                    source: str | None) -> LogFinding | None:
     """The finding of one record that did not decode (None when it did): its error, the
-    batch's position, the record's offset and its bytes (the value, else the key)."""
+    batch's position, the record's offset and its bytes (`record_bytes`)."""
     if isinstance(decoded, ControlRecord):
         return None
     if isinstance(decoded, LogFinding):
@@ -266,9 +266,13 @@ def record_finding(header: BatchHeader, record: RawRecord, decoded: Decoded,
     error = decoded.error
     if error is None:
         return None
-    raw = record.value if record.value is not None else record.key
-    return LogFinding.of(error.kind, error.message, header.position, record.offset, raw or b"",
-                      source=source)
+    return LogFinding.of(error.kind, error.message, header.position, record.offset,
+                      record_bytes(record) or b"", source=source)
+
+
+def record_bytes(record: RawRecord) -> bytes | None:
+    """The bytes a record's finding holds: its value, else (null or empty) its key."""
+    return record.value or record.key
 
 
 class DecodedBatch(NamedTuple):

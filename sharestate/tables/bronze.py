@@ -50,6 +50,7 @@ from sharestate.records.segment import (
     FindingCap,
     detect_segment,
     detected_batches,
+    record_bytes,
     segment_batches,
 )
 from sharestate.tables.columns import columns_of, transpose
@@ -210,8 +211,7 @@ class _Chunk:
         for at in failed[:listed]:
             error = errors[at - first]
             record = self.records[at]
-            raw = record.value if record.value is not None else record.key
-            self.row_findings[at] = (error.kind, error.message, raw)
+            self.row_findings[at] = (error.kind, error.message, record_bytes(record))
         self.unlisted.extend(islice(failed, listed, None))
         self.unlisted_kinds.extend(islice(kinds, listed, None))
 
