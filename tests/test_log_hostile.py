@@ -34,6 +34,8 @@ from sharestate.log import (
     parse_records,
     read_batches,
 )
+from sharestate.log.batch import COMPRESSION_NAMES
+from sharestate.log.compression import compress
 from sharestate.log.framing import LOG_OVERHEAD, V2_HEADER_SIZE
 
 
@@ -217,6 +219,49 @@ def test_bad_record_in_valid_batch_keeps_earlier_records() -> None:
     assert finding.kind == "bad_record"
     assert "record 2" in finding.message
     assert finding.position == last
+
+
+def _with_payload(batch: bytes, payload: bytes, codec: str) -> bytes:
+    """`batch` holding `payload` (the records' bytes) under `codec`, its CRC valid."""
+    packed = payload if codec == "none" else compress(codec, payload)
+    out = bytearray(batch[:V2_HEADER_SIZE] + packed)
+    struct.pack_into(">i", out, 8, len(out) - LOG_OVERHEAD)
+    out[22] = (out[22] & ~7) | COMPRESSION_NAMES.index(codec)
+    struct.pack_into(">I", out, 17, crc32c(bytes(out[21:])))
+    return bytes(out)
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["native", "pure"])
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_a_bad_record_in_a_valid_batch_spoils_only_itself(
+        pure: bool, codec: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record whose key length, offset delta or length is wrong in a batch whose CRC
+    holds is a finding; the records after it, which its length or its fields still frame,
+    are read (they were lost). Where they do not all parse to the batch's end, or go back
+    in offset order, only those before it are kept, as before."""
+    if pure:
+        monkeypatch.setattr(native, "module", None)
+    good = [RawRecord(10 + i, 1000 + i, -1, b"k%d" % i, b"value%d" % i, ()) for i in range(5)]
+    batch = build_batch(good)
+    encoded = [encode_record(r, 10, 1000) for r in good]
+    at = sum(map(len, encoded[:2]))  # record 2 in the payload
+    cases = {  # the payload's bytes changed, and the records kept
+        "key length": ({at + 4: 0x7E}, good[:2] + good[3:]),  # 63 bytes: past the record
+        "offset delta": ({at + 3: 2 * 9}, good[:2] + good[3:]),  # 9: past the last delta
+        "record length": ({at: encoded[2][0] + 2}, good[:2] + good[3:]),  # one byte more
+        "misframed": ({at: encoded[2][0] | 0x80}, good[:2]),  # its length takes a byte more
+        "order": ({at + 3: 2 * 1, at + len(encoded[2]) + 3: 2 * 1}, good[:2]),  # 3 is at 1
+    }
+    for label, (changes, kept) in cases.items():
+        payload = bytearray(b"".join(encoded))
+        for where, byte in changes.items():
+            payload[where] = byte
+        [item] = read_all(_with_payload(batch, bytes(payload), codec))
+        assert isinstance(item, Batch) and item.header.crc_valid, label
+        assert item.records == kept, label
+        [finding] = item.findings
+        assert finding.kind == "bad_record" and finding.message.startswith("record 2: "), label
+        assert ("the 2 records after it are read" in finding.message) == (len(kept) == 4)
 
 
 def test_parse_records_rejects_overlong_varint() -> None:

@@ -18,16 +18,19 @@ finding, as it is an error for Kafka's record iterator: fewer records than decla
 records read are kept; the finding holds the batch, whose header declares them), bytes
 left after the declared ones (kept too), or a batch declaring none that holds bytes after
 its header (Kafka's iterator does not look at those: nothing is read of them, but they are
-reported). An impossible length, an unknown magic or a batch
-running past the end of the stream yields one top-level `LogFinding`, after which reading
-resumes at the next position where an intact batch starts (`resync`: cheap header checks
-on every byte, a CRC only where they pass). A refused batch's length is not trusted either:
-an intact batch starting inside it ends it there (`bad_length`), so a wrong length hides
-nothing; and bytes that fail their CRC, do not pass the header checks and do not end where
-another entry (or the stream) does are `garbage` up to the next intact batch. Fewer than 17
-bytes at the end yield one `trailing_bytes` finding, and a stream that fails while being
-read (a cut .gz file, a file larger than a segment can be) ends with a finding of the kind
-the stream names (`read_error` otherwise). Every step moves forward.
+reported). A record that does not parse is a `bad_record` finding too; the records after it
+are read when its length still frames it and they parse to the batch's end
+(`parse_batch_records`), else those before it are all that is kept. An impossible length,
+an unknown magic or a batch running past the end of the stream yields one top-level
+`LogFinding`, after which reading resumes at the next position where an intact batch starts
+(`resync`: cheap header checks on every byte, a CRC only where they pass). A refused
+batch's length is not trusted either: an intact batch starting inside it ends it there
+(`bad_length`), so a wrong length hides nothing; and bytes that fail their CRC, do not pass
+the header checks and do not end where another entry (or the stream) does are `garbage` up
+to the next intact batch. Fewer than 17 bytes at the end yield one `trailing_bytes`
+finding, and a stream that fails while being read (a cut .gz file, a file larger than a
+segment can be) ends with a finding of the kind the stream names (`read_error` otherwise).
+Every step moves forward.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ from sharestate.log.checksums import running_crc32, running_crc32c
 from sharestate.log.compression import DEFAULT_MAX_INFLATED_BYTES, DecompressionError, decompress
 from sharestate.log.legacy import parse_legacy
 from sharestate.log.order import SEGMENT_SPAN, OffsetOrder, in_order
-from sharestate.log.records_v2 import parse_records, wrap64
+from sharestate.log.records_v2 import parse_batch_records, wrap64
 from sharestate.log.resync import (
     LEGACY_KEY_AT,
     MIN_LENGTH,
@@ -470,8 +473,9 @@ class _Scanner:
                     position + V2_HEADER_SIZE, base_offset, buf[off + V2_HEADER_SIZE:end],
                     self.raw_cap))
         elif codec == 0:
-            records, error = parse_records(buf, off + V2_HEADER_SIZE, end, count, base_offset,
-                                           base_timestamp, base_sequence, last_delta)
+            records, error = parse_batch_records(buf, off + V2_HEADER_SIZE, end, count,
+                                                 base_offset, base_timestamp, base_sequence,
+                                                 last_delta)
             if error is not None:
                 message, at = error
                 if at == end:  # no byte left: the header's count is what is wrong
@@ -489,8 +493,8 @@ class _Scanner:
                 findings.append(LogFinding.of(exc.kind, str(exc), position, base_offset, payload,
                                            self.raw_cap))
             else:
-                records, error = parse_records(data, 0, len(data), count, base_offset,
-                                               base_timestamp, base_sequence, last_delta)
+                records, error = parse_batch_records(data, 0, len(data), count, base_offset,
+                                                     base_timestamp, base_sequence, last_delta)
                 if error is not None:
                     message, at = error
                     findings.append(LogFinding.of(

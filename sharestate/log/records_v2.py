@@ -91,6 +91,61 @@ def parse_records(buf: bytes, pos: int, end: int, count: int, base_offset: int,
                                        base_sequence, last_delta)
 
 
+def parse_batch_records(buf: bytes, pos: int, end: int, count: int, base_offset: int,
+                        base_timestamp: int, base_sequence: int, last_delta: int,
+                        ) -> tuple[list[RawRecord], RecordError | None]:
+    """`parse_records`, reading on past one bad record in a batch whose CRC holds (a key
+    length, header count, offset delta or record length damaged): the records after it are
+    kept when, from where its length or else its fields end, they all parse, follow the
+    ones before it in offset order and end exactly at the batch's end, `count` records in
+    all. Otherwise the records before it are all that is read. The error names the bad
+    record either way."""
+    records, error = parse_records(buf, pos, end, count, base_offset, base_timestamp,
+                                   base_sequence, last_delta)
+    if error is None or len(records) >= count - 1:
+        return records, error
+    message, at = error
+    ends = {_declared_end(buf, at), _fields_end(buf, at, end)}
+    for resume in sorted(e for e in ends if e is not None and at < e < end):
+        rest, failed = parse_records(buf, resume, end, count - len(records) - 1, base_offset,
+                                     base_timestamp, base_sequence, last_delta)
+        if failed is None and (not records or wrap64(rest[0].offset - base_offset)
+                               > wrap64(records[-1].offset - base_offset)):
+            return records + rest, (f"{message}; the {len(rest)} records after it are read",
+                                    at)
+    return records, error
+
+
+def _declared_end(buf: bytes, at: int) -> int | None:
+    """Where the record at `at` ends by its length (None: no length can be read)."""
+    try:
+        size, pos = _varint(buf, at)
+    except (_Malformed, IndexError):
+        return None
+    return pos + size
+
+
+def _fields_end(buf: bytes, at: int, end: int) -> int | None:
+    """Where the record at `at` ends by its fields, whatever its length says (None: they
+    cannot be read before `end`)."""
+    try:
+        _, pos = _varint(buf, at)
+        _, pos = _varlong(buf, pos + 1)  # after the attributes: the timestamp delta
+        _, pos = _varint(buf, pos)  # the offset delta
+        for _ in range(2):  # the key, the value
+            length, pos = _varint(buf, pos)
+            pos += max(length, 0)
+        headers, pos = _varint(buf, pos)
+        if headers < 0 or headers * _MIN_HEADER_BYTES > end - pos:
+            return None
+        for _ in range(2 * headers):  # each header's key and value
+            length, pos = _varint(buf, pos)
+            pos += max(length, 0)
+    except (_Malformed, IndexError):
+        return None
+    return pos if pos <= end else None
+
+
 def parse_records_py(buf: bytes, pos: int, end: int, count: int, base_offset: int,
                      base_timestamp: int, base_sequence: int, last_delta: int,
                      ) -> tuple[list[RawRecord], RecordError | None]:
