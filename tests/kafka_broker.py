@@ -111,6 +111,9 @@ def broker_settings(release: Release, log_dirs: Path, broker_port: int,
         "group.initial.rebalance.delay.ms": "0",
         # Segments roll by time too, so the internal topics get several small segments.
         "log.roll.ms": str(SEGMENT_ROLL_MS),
+        # The log start offsets the share coordinator's prune runs set are checkpointed
+        # (log-start-offset-checkpoint) within a second, so a copy of log.dirs tells them.
+        "log.flush.start.offset.checkpoint.interval.ms": "1000",
         "log.segment.bytes": str(1 << 20),
         "offsets.topic.replication.factor": "1",
         "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),

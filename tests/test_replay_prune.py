@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 from conftest import conformance_dir
 
 from sharestate.log import discover
+from sharestate.records.segment import DecodedBatch
 from sharestate.replay.logs import AsOf, partition_logs
 from sharestate.replay.prune import COMPACT_AFTER, PruneLedger, prune_recommendation
+from sharestate.replay.rows import state_rows
 from sharestate.replay.share_log import replay_share_log
 from sharestate.tables.spec import table
 
@@ -111,3 +114,41 @@ def test_no_snapshot_no_prune_point() -> None:
     records = _lines(folder / "share_replay_small.records.jsonl")
     assert records[0]["recordType"] == 0 and row["prune_offset"] is None  # Kafka: 0 is empty
     assert row["cold_snapshot_prune_offset"] == 1 and row["live_keys"] == 1
+
+
+def test_a_log_dirs_root_is_read_from_kafkas_checkpointed_log_start(tmp_path: Path) -> None:
+    """Kafka's prune run moves the log start to the prune point (deleteRecords) and the
+    root's log-start-offset-checkpoint says so, while the segment still holds the records
+    below it: they are read no more, as Kafka's coordinator loads the log from the batch
+    holding its start. Nothing is left to reclaim, and the state is the one Kafka holds (a
+    real broker's copy said 2,032 records reclaimable from offset 19, where Kafka's log
+    start and the live source said 2,051 and none)."""
+    folder = conformance_dir("kafka-4.4-dev")
+    final = json.loads((folder / "share_replay_small.final_state.json").read_text("utf-8"))
+    start = final["lastRedundantOffset"]
+    pruned, whole = tmp_path / "pruned", tmp_path / "whole"
+    for root in (pruned, whole):
+        (root / "__share_group_state-0").mkdir(parents=True)
+        shutil.copy(folder / "share_replay_small.log",
+                    root / "__share_group_state-0" / f"{0:020d}.log")
+    (pruned / "log-start-offset-checkpoint").write_text(
+        f"0\n2\n__share_group_state 0 {start}\n__consumer_offsets 1 7\n")
+    (log,) = partition_logs(discover([pruned]))[0]
+    first = next(b for b in log.batches() if isinstance(b, DecodedBatch))
+    assert first.header.base_offset < start <= first.header.last_offset, "the batch holding it"
+    result = replay_share_log(log, snapshot_update_records_per_snapshot=5)
+    row = prune_recommendation(result)
+    assert (row["prune_offset"], row["log_start_offset"], row["log_end_offset"]) == (
+        start, start, final["afterOffset"] + 1)
+    assert (row["reclaimable_records"], row["reclaimable_bytes"]) == (0, 0)
+    (unpruned,) = partition_logs(discover([whole]))[0]
+    everything = replay_share_log(unpruned, snapshot_update_records_per_snapshot=5)
+    assert prune_recommendation(everything)["reclaimable_records"] > 0
+
+    def state(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # the count of updates since a snapshot depends on where the replay began (Kafka's
+        # reloaded coordinator counts from its log start too)
+        return [{k: v for k, v in r.items() if k != "snapshot_update_count"} for r in rows]
+
+    assert state(state_rows(result)) == state(state_rows(everything))
+    assert len(state_rows(result)) == sum(p["state"] is not None for p in final["partitions"])

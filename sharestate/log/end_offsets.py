@@ -39,13 +39,13 @@ from sharestate.log.batch import CREATE_TIME, LOG_APPEND_TIME, Batch
 from sharestate.log.discovery import Segment, SourceError, read_segment
 from sharestate.log.files import read_regular
 from sharestate.log.framing import DEFAULT_LIMITS, ReadLimits
+from sharestate.log.log_starts import log_starts
 
 _PARTITION_DIR = re.compile(r"(?P<topic>[A-Za-z0-9._-]+)-(?P<partition>[0-9]+)"
                             r"(?P<deleted>\.[0-9a-f]{32}-delete)?")
 _SEGMENT_FILE = re.compile(r"(?P<base>[0-9]{20})\.log")
 _TOPIC_ID = re.compile(r"^topic_id:\s*(\S+)\s*$", re.M)
 METADATA_FILE = "partition.metadata"
-LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 
 
 @dataclass(frozen=True)
@@ -83,21 +83,6 @@ def topic_id_of(folder: Path) -> str | None:
     return found.group(1) if found else None
 
 
-def _log_starts(root: Path) -> dict[tuple[str, int], int]:
-    """Kafka's `log-start-offset-checkpoint` of a log.dirs root: version, count, then
-    `topic partition offset` lines; {} when absent or unreadable."""
-    try:
-        lines = read_regular(root / LOG_START_CHECKPOINT).decode("utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
-        return {}
-    starts = {}
-    for line in lines[2:]:
-        parts = line.split()
-        if len(parts) == 3 and parts[1].isdigit() and parts[2].lstrip("-").isdigit():
-            starts[(parts[0], int(parts[1]))] = int(parts[2])
-    return starts
-
-
 def is_data_partition(folder: Path) -> bool:
     """Whether a folder's name is a data topic partition's (a deleted one's too)."""
     named = _PARTITION_DIR.fullmatch(folder.name)
@@ -130,11 +115,11 @@ def data_partitions(sources: Iterable[str | os.PathLike[str]]) -> list[DataParti
         if not path.is_dir():
             raise SourceError(f"{path}: not a directory (a log.dirs root or a data topic "
                               f"partition folder)")
-        own = _partition(path, _log_starts(path.parent))
+        own = _partition(path, log_starts(path.parent))
         if own is not None:
             found.append(own)
             continue
-        starts = _log_starts(path)
+        starts = log_starts(path)
         try:
             folders = sorted(entry for entry in path.iterdir() if entry.is_dir())
         except OSError as exc:

@@ -7,23 +7,31 @@ Kafka's segment names (`<20-digit base offset>.log`: consecutive segments of one
 else (loose files) a log each. Each segment's topic and dialect are detected from its records
 (or pinned by the caller); a segment whose topic cannot be told belongs to no log and is a
 finding of its own.
+
+A partition directory in a log.dirs root whose `log-start-offset-checkpoint` gives the
+partition a log start (`sharestate.log.log_starts`) is read from there, as Kafka's
+coordinators load it: from the batch holding that offset, the batches wholly below it
+(deleted records the segment files still hold) left out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import chain
-from typing import Protocol
+from pathlib import Path
+from typing import Protocol, TypeVar
 
 from sharestate.log import DEFAULT_LIMITS, LogFinding, ReadLimits, Segment
+from sharestate.log.log_starts import log_starts
 from sharestate.log.order import OffsetOrder
 from sharestate.records.detect import Detection
 from sharestate.records.segment import (
     DecodedBatch,
     FindingCap,
     LogItem,
+    QuietRun,
     decode_batches,
     detect_segment,
     quiet_runs,
@@ -110,6 +118,9 @@ def parse_time(text: str) -> int:
     return int(moment.timestamp() * 1000)
 
 
+Item = TypeVar("Item", DecodedBatch | LogFinding, LogItem)
+"""What a partition log yields: its batches (and findings), or those with quiet runs."""
+
 UNKNOWN_PARTITION = -1
 """`state_partition` of a log whose path does not name its partition (a loose file)."""
 
@@ -131,6 +142,11 @@ class LogSource(Protocol):
         """The dialect of each part of the log, in log order."""
         ...
 
+    @property
+    def log_start_offset(self) -> int:
+        """Kafka's log start offset where known (else 0): no batch wholly below it is read."""
+        ...
+
     def batches(self) -> Iterator[DecodedBatch | LogFinding]: ...
 
     def items(self) -> Iterator[LogItem]:
@@ -147,6 +163,8 @@ class PartitionLog:
     segments: list[Segment] = field(default_factory=list)
     detections: list[Detection] = field(default_factory=list)
     limits: ReadLimits = DEFAULT_LIMITS
+    log_start_offset: int = 0
+    """Kafka's log start offset as its log.dirs root checkpointed it (0: none known)."""
 
     @property
     def name(self) -> str:
@@ -162,16 +180,49 @@ class PartitionLog:
         """Every batch (or framing finding) of every segment, in log order: one offset
         order through them all (`sharestate.log.order`)."""
         order = OffsetOrder()
-        for segment, detection in zip(self.segments, self.detections, strict=True):
-            yield from decode_batches(segment, detection, limits=self.limits, order=order)
+        yield from from_log_start(self.log_start_offset, chain.from_iterable(
+            decode_batches(segment, detection, limits=self.limits, order=order)
+            for segment, detection in zip(self.segments, self.detections, strict=True)))
 
     def items(self) -> Iterator[LogItem]:
         """`batches()` with stretches of quiet batches gathered into `QuietRun`s, those the
         reader found in a row decoded as one."""
         order = OffsetOrder()
-        return quiet_runs(chain.from_iterable(
+        return from_log_start(self.log_start_offset, quiet_runs(chain.from_iterable(
             decode_batches(segment, detection, limits=self.limits, order=order, runs=True)
-            for segment, detection in zip(self.segments, self.detections, strict=True)))
+            for segment, detection in zip(self.segments, self.detections, strict=True))))
+
+
+def from_log_start(start: int, items: Iterable[Item]) -> Iterator[Item]:
+    """`items` without the batches wholly below the log start offset `start` (a quiet run
+    reaching past it keeps its batches from the one holding it); findings pass."""
+    if start <= 0:
+        yield from items
+        return
+    for item in items:
+        if isinstance(item, DecodedBatch):
+            if item.header.last_offset >= start:
+                yield item
+        elif isinstance(item, QuietRun):
+            if item.headers[0].last_offset >= start:
+                yield item
+            elif item.headers[-1].last_offset >= start:
+                yield from (batch for batch in item.batches()
+                            if batch.header.last_offset >= start)
+        else:
+            yield item
+
+
+def _log_start(segment: Segment, roots: dict[Path, dict[tuple[str, int], int]]) -> int:
+    """The checkpointed log start of the partition whose directory holds `segment` (0 when
+    its folder is no partition directory or its root checkpoints none)."""
+    topic, partition, folder = segment.topic, segment.partition, segment.path.parent
+    if topic is None or partition is None or folder.name != f"{topic}-{partition}":
+        return 0
+    root = folder.parent
+    if root not in roots:
+        roots[root] = log_starts(root)
+    return max(roots[root].get((topic, partition), 0), 0)
 
 
 def log_key(segment: Segment, topic: str) -> tuple[str, object]:
@@ -194,6 +245,7 @@ def partition_logs(segments: list[Segment], *, dialect: str | None = None,
     the findings of the segments whose topic is unknown (they belong to no log)."""
     logs: dict[tuple[str, object], PartitionLog] = {}
     unknown: list[LogFinding] = []
+    roots: dict[Path, dict[tuple[str, int], int]] = {}
     for segment in segments:
         detection = detect_segment(segment, dialect_name=dialect, topic=topic, limits=limits)
         if detection.topic is None:
@@ -209,6 +261,7 @@ def partition_logs(segments: list[Segment], *, dialect: str | None = None,
             log = logs[key] = PartitionLog(detection.topic, segment.partition, limits=limits)
         log.segments.append(segment)
         log.detections.append(detection)
+        log.log_start_offset = max(log.log_start_offset, _log_start(segment, roots))
     for log in logs.values():
         order = sorted(range(len(log.segments)), key=lambda i: segment_rank(log.segments[i]))
         log.segments = [log.segments[i] for i in order]

@@ -150,6 +150,9 @@ class ShareReplay:
         self.history = history
         self.observe = observe
         self.stopped = False
+        self.log_start = 0
+        """Kafka's log start offset where the log knows it: the result's log start is not
+        below it (the first batch read may begin below it)."""
         shard = result.shard
         self._context = shard.native_context() if native.enabled() else None
         self._slots = native_slots(tuple(sorted(dialect_names()))) if self._context else {}
@@ -164,11 +167,13 @@ class ShareReplay:
                collect_history: bool = False, observe: Observer | None = None
                ) -> ShareReplay:
         """A replay of `log` from its start (feed it `log.items()`)."""
-        return cls(share_state(log.topic, log.partition, log.dialects, name=log.name,
-                               semantics=semantics,
-                               snapshot_update_records_per_snapshot=(
-                                   snapshot_update_records_per_snapshot)),
-                   as_of=as_of, collect_history=collect_history, observe=observe)
+        replay = cls(share_state(log.topic, log.partition, log.dialects, name=log.name,
+                                 semantics=semantics,
+                                 snapshot_update_records_per_snapshot=(
+                                     snapshot_update_records_per_snapshot)),
+                     as_of=as_of, collect_history=collect_history, observe=observe)
+        replay.log_start = log.log_start_offset
+        return replay
 
     def snapshot(self) -> Snapshot:
         """The whole state as versioned Arrow tables (`sharestate.replay.snapshot`)."""
@@ -243,7 +248,7 @@ class ShareReplay:
         if not records:  # a refused batch (its finding says why), or an empty one
             return entries
         if result.log_start_offset is None:
-            result.log_start_offset = header.base_offset
+            result.log_start_offset = max(header.base_offset, self.log_start)
         applier = self._applier
         applier.header = header
         applier.entries = self._sink(entries)
@@ -296,7 +301,7 @@ class ShareReplay:
         result = self.result
         headers = run.headers
         if result.log_start_offset is None:
-            result.log_start_offset = headers[0].base_offset
+            result.log_start_offset = max(headers[0].base_offset, self.log_start)
         context = self._context
         assert context is not None
         entries: list[HistoryEntry] = []

@@ -50,6 +50,11 @@ class ArrowLog:
     def dialects(self) -> tuple[str, ...]:
         return (self.dialect_name,)
 
+    @property
+    def log_start_offset(self) -> int:
+        """None known: bronze keeps every row ingested, and its rows are the log."""
+        return 0
+
     def batches(self) -> Iterator[DecodedBatch]:
         for chunk in self._chunks():
             yield from chunk.batches()
