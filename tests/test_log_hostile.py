@@ -223,7 +223,11 @@ def test_bad_record_in_valid_batch_keeps_earlier_records() -> None:
 
 def _with_payload(batch: bytes, payload: bytes, codec: str) -> bytes:
     """`batch` holding `payload` (the records' bytes) under `codec`, its CRC valid."""
-    packed = payload if codec == "none" else compress(codec, payload)
+    return _with_packed(batch, payload if codec == "none" else compress(codec, payload), codec)
+
+
+def _with_packed(batch: bytes, packed: bytes, codec: str) -> bytes:
+    """`batch` holding the payload `packed` (compressed with `codec`), its CRC valid."""
     out = bytearray(batch[:V2_HEADER_SIZE] + packed)
     struct.pack_into(">i", out, 8, len(out) - LOG_OVERHEAD)
     out[22] = (out[22] & ~7) | COMPRESSION_NAMES.index(codec)
@@ -262,6 +266,29 @@ def test_a_bad_record_in_a_valid_batch_spoils_only_itself(
         [finding] = item.findings
         assert finding.kind == "bad_record" and finding.message.startswith("record 2: "), label
         assert ("the 2 records after it are read" in finding.message) == (len(kept) == 4)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "zstd"])
+def test_bytes_after_whole_frames_of_a_payload_spoil_no_record(codec: str) -> None:
+    """A payload (CRC valid) whose frames (gzip members, xerial snappy blocks, zstd frames)
+    end whole but are followed by bytes that do not inflate keeps the records of those
+    frames, with a decompression_failed finding saying so (every record was lost); bytes
+    that fail inside the only frame still give none."""
+    good = [RawRecord(10 + i, 1000 + i, -1, b"k%d" % i, b"value%d" % i, ()) for i in range(5)]
+    batch = build_batch(good)
+    plain = b"".join(encode_record(r, 10, 1000) for r in good)
+    two = encode_record(good[0], 10, 1000) + encode_record(good[1], 10, 1000)
+    first = compress(codec, two)  # one whole frame of two records, then bytes that are not
+    junk = b"\x1f\x8b\x08" + bytes(5) if codec == "gzip" else b"\x00\x00\x00\x05junk!"
+    for payload, kept in ((first + junk, good[:2]), (compress(codec, plain) + junk, good),
+                          (compress(codec, plain)[:-2], [])):
+        [item] = read_all(_with_packed(batch, payload, codec))
+        assert isinstance(item, Batch) and item.header.crc_valid
+        assert item.records == kept
+        [finding] = item.findings
+        assert finding.kind == "decompression_failed", finding
+        assert (f"the {len(kept)} records of the whole frames before it are read"
+                in finding.message) == bool(kept), finding.message
 
 
 def test_parse_records_rejects_overlong_varint() -> None:

@@ -5,7 +5,9 @@ checks declared sizes (snappy blocks carry their uncompressed length) before all
 so a small hostile payload cannot exhaust memory. Snappy is read both with the xerial
 framing that Kafka's Java clients write (`\\x82SNAPPY\\x00`, two int32 versions, then
 int32-length-prefixed raw blocks) and as one plain raw block; it is written with xerial
-framing.
+framing. A fault after frames that ended whole (gzip members, xerial blocks, zstd frames)
+carries what they inflated (`DecompressionError.inflated`): the batch reader keeps their
+records.
 """
 
 from __future__ import annotations
@@ -25,15 +27,18 @@ _ZSTD_FEED = 256  # compressed bytes fed per step: bounds the overshoot past the
 
 
 class DecompressionError(Exception):
-    """A payload that cannot be inflated; `kind` is the finding kind to report."""
+    """A payload that cannot be inflated; `kind` is the finding kind to report and
+    `inflated` what its frames (gzip members, xerial snappy blocks, zstd frames) that ended
+    whole before the fault gave."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, inflated: bytes = b"") -> None:
         super().__init__(message)
         self.kind = kind
+        self.inflated = inflated
 
 
-def _failed(message: str) -> DecompressionError:
-    return DecompressionError("decompression_failed", message)
+def _failed(message: str, whole: list[bytes] | None = None) -> DecompressionError:
+    return DecompressionError("decompression_failed", message, b"".join(whole or ()))
 
 
 def _too_big(limit: int) -> DecompressionError:
@@ -81,29 +86,39 @@ def _gunzip(data: bytes, limit: int) -> bytes:
     total = 0
     rest = data
     while True:
+        whole = parts[:]
         inflater = zlib.decompressobj(31)
         pending = rest
         while not inflater.eof:
-            chunk = inflater.decompress(pending, limit + 1 - total)
+            try:
+                chunk = inflater.decompress(pending, limit + 1 - total)
+            except zlib.error as exc:
+                raise _failed(f"gzip payload is corrupt: {exc}", whole) from None
             total += len(chunk)
             if total > limit:
                 raise _too_big(limit)
             pending = inflater.unconsumed_tail
             if not (chunk or pending or inflater.eof):
-                raise _failed("gzip payload is truncated")
+                raise _failed("gzip payload is truncated", whole)
             parts.append(chunk)
         rest = inflater.unused_data
         if not rest.startswith(b"\x1f\x8b"):
             return b"".join(parts)
 
 
-def _raw_snappy(block: bytes, room: int, limit: int) -> bytes:
-    declared = int(cramjam.snappy.decompress_raw_len(block))
-    if declared > room:
-        raise _too_big(limit)
-    out = bytes(cramjam.snappy.decompress_raw(block))
+def _raw_snappy(block: bytes, room: int, limit: int, whole: list[bytes] | None = None) -> bytes:
+    """One raw snappy block (`whole`: the blocks before it, for an error to carry)."""
+    try:
+        declared = int(cramjam.snappy.decompress_raw_len(block))
+        if declared > room:
+            raise _too_big(limit)
+        out = bytes(cramjam.snappy.decompress_raw(block))
+    except DecompressionError:
+        raise
+    except Exception as exc:  # cramjam rejecting the block, whatever its type
+        raise _failed(f"snappy payload is corrupt: {exc}", whole) from None
     if len(out) != declared:
-        raise _failed(f"snappy block declares {declared} bytes but holds {len(out)}")
+        raise _failed(f"snappy block declares {declared} bytes but holds {len(out)}", whole)
     return out
 
 
@@ -117,17 +132,17 @@ def _unsnappy(data: bytes, limit: int) -> bytes:
     while pos < end:
         if data.startswith(XERIAL_MAGIC, pos):  # a (possibly concatenated) stream header
             if end - pos < len(_XERIAL_HEADER):
-                raise _failed("xerial snappy header is truncated")
+                raise _failed("xerial snappy header is truncated", parts)
             pos += len(_XERIAL_HEADER)
             continue
         if end - pos < 4:
-            raise _failed(f"xerial snappy block length truncated at byte {pos}")
+            raise _failed(f"xerial snappy block length truncated at byte {pos}", parts)
         size = int.from_bytes(data[pos:pos + 4], "big", signed=True)
         pos += 4
         if size < 0 or size > end - pos:
             raise _failed(f"xerial snappy block of {size} bytes at byte {pos - 4} "
-                          f"with {end - pos} left")
-        block = _raw_snappy(data[pos:pos + size], limit - total, limit)
+                          f"with {end - pos} left", parts)
+        block = _raw_snappy(data[pos:pos + size], limit - total, limit, parts)
         total += len(block)
         parts.append(block)
         pos += size
@@ -159,12 +174,16 @@ def _unzstd(data: bytes, limit: int) -> bytes:
     total = 0
     rest = data
     while rest:
+        whole = parts[:]
         inflater = context.decompressobj()
         pos = 0
         while not inflater.eof:
             if pos >= len(rest):
-                raise _failed("zstd frame is truncated")
-            chunk = inflater.decompress(rest[pos:pos + _ZSTD_FEED])
+                raise _failed("zstd frame is truncated", whole)
+            try:
+                chunk = inflater.decompress(rest[pos:pos + _ZSTD_FEED])
+            except zstandard.ZstdError as exc:
+                raise _failed(f"zstd payload is corrupt: {exc}", whole) from None
             pos += _ZSTD_FEED
             total += len(chunk)
             if total > limit:

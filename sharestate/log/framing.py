@@ -20,8 +20,9 @@ left after the declared ones (kept too), or a batch declaring none that holds by
 its header (Kafka's iterator does not look at those: nothing is read of them, but they are
 reported). A record that does not parse is a `bad_record` finding too; the records after it
 are read when its length still frames it and they parse to the batch's end
-(`parse_batch_records`), else those before it are all that is kept. An impossible length,
-an unknown magic or a batch running past the end of the stream yields one top-level
+(`parse_batch_records`), else those before it are all that is kept; a payload that fails
+to inflate keeps the records of its frames that ended whole before the fault. An impossible
+length, an unknown magic or a batch running past the end of the stream yields one top-level
 `LogFinding`, after which reading resumes at the next position where an intact batch starts
 (`resync`: cheap header checks on every byte, a CRC only where they pass). A refused
 batch's length is not trusted either: an intact batch starting inside it ends it there
@@ -489,9 +490,13 @@ class _Scanner:
             payload = buf[off + V2_HEADER_SIZE:end]
             try:
                 data = decompress(COMPRESSION_NAMES[codec], payload, self.max_inflated)
-            except DecompressionError as exc:
-                findings.append(LogFinding.of(exc.kind, str(exc), position, base_offset, payload,
-                                           self.raw_cap))
+            except DecompressionError as exc:  # the records of its whole frames are read
+                records = parse_batch_records(exc.inflated, 0, len(exc.inflated), count,
+                                              base_offset, base_timestamp, base_sequence,
+                                              last_delta)[0] if exc.inflated else []
+                read = f"; the {len(records)} records of the whole frames before it are read"
+                findings.append(LogFinding.of(exc.kind, f"{exc}{read if records else ''}",
+                                           position, base_offset, payload, self.raw_cap))
             else:
                 records, error = parse_batch_records(data, 0, len(data), count, base_offset,
                                                      base_timestamp, base_sequence, last_delta)
