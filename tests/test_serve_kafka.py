@@ -271,9 +271,10 @@ def check_consumer_group(address: tuple[str, int], workload: Workload) -> None:
 
 def check_offline_state(address: tuple[str, int], workload: Workload, tmp_path: Path) -> None:
     """The same records from the broker's segment files through `sharestate state`. Where
-    Kafka pruned a state partition its segments below the new log start are gone, so an
-    offline replay counts a key's updates since the last counter reset from a later start
-    than the service, which read them before they went (as Kafka's coordinator did): there
+    Kafka pruned a state partition the records below the new log start are deleted (the
+    replay of the copy reads from its checkpointed log start), so an offline replay counts
+    a key's updates since the last counter reset from a later start than the service,
+    which read them before they went (as Kafka's coordinator did): there
     `snapshot_update_count` may differ, and every other field must not."""
     logs = workload.copy_internal_logs(tmp_path / "logs")
     pruned = {partition for partition, start in
