@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,6 +148,33 @@ def broker_settings(release: Release, log_dirs: Path, broker_port: int,
             "group.share.enable": "true",
         })
     return settings
+
+
+IN_FLIGHT = ("*.cleaned", "*.swap", "*.deleted")
+"""Files of a partition folder that the log cleaner is writing or swapping in, or that wait
+for deletion: a running broker's, never part of what a copy of its log reads."""
+
+
+def copy_log_folders(folders: Iterable[Path], target: Path, *, keep_times: bool = True,
+                     tries: int = 5) -> None:
+    """Copy partition folders of a running broker's log.dirs into `target`, leaving out
+    the files in flight (`IN_FLIGHT`). A file can still vanish while it is copied (the
+    cleaner swapped a segment in, the retention task deleted one): the copy is then made
+    again, up to `tries` times."""
+    folders = list(folders)
+    copy = shutil.copy2 if keep_times else shutil.copy
+    for attempt in range(tries):
+        try:
+            for folder in folders:
+                shutil.copytree(folder, target / folder.name, copy_function=copy,
+                                ignore=shutil.ignore_patterns(*IN_FLIGHT))
+            return
+        except (shutil.Error, FileNotFoundError):
+            if attempt == tries - 1:
+                raise
+            for folder in folders:
+                shutil.rmtree(target / folder.name, ignore_errors=True)
+            time.sleep(0.2)
 
 
 class BrokerFailed(RuntimeError):

@@ -35,7 +35,7 @@ from confluent_kafka.admin import (
     OffsetSpec,
     ResourceType,
 )
-from kafka_broker import KafkaBroker
+from kafka_broker import KafkaBroker, copy_log_folders
 
 TOPICS = {"orders": 3, "events": 2, "payments": 1}
 RECORDS_PER_PARTITION = {"orders": 30, "events": 20, "payments": 20}
@@ -90,11 +90,12 @@ class Workload:
     def copy_internal_logs(self, target: Path) -> Path:
         """Copy the internal topics' partition folders (and checkpoints) out of log.dirs."""
         target.mkdir(parents=True, exist_ok=True)
-        for folder in sorted(self.broker.log_dirs.iterdir()):
-            if folder.name.startswith(("__share_group_state-", "__consumer_offsets-")):
-                shutil.copytree(folder, target / folder.name, dirs_exist_ok=True)
-            elif folder.is_file() and folder.name.endswith("checkpoint"):
-                shutil.copy2(folder, target / folder.name)
+        entries = sorted(self.broker.log_dirs.iterdir())
+        copy_log_folders([folder for folder in entries if folder.name.startswith(
+            ("__share_group_state-", "__consumer_offsets-"))], target)
+        for entry in entries:
+            if entry.is_file() and entry.name.endswith("checkpoint"):
+                shutil.copy2(entry, target / entry.name)
         return target
 
     def log_start_offsets(self, topic: str) -> dict[int, int]:

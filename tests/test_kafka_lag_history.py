@@ -11,7 +11,6 @@ broker's log.dirs copied (internal and data topics' folders) with no cluster at 
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 from bisect import bisect_left
@@ -22,7 +21,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Message, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
-from kafka_broker import KafkaBroker
+from kafka_broker import KafkaBroker, copy_log_folders
 from kafka_judge import SHARESTATE
 from kafka_workload import Workload, share_groups_start_earliest
 from serve_support import ServeProcess, get
@@ -135,10 +134,10 @@ def lag_runs(kafka_broker: KafkaBroker, tmp_path_factory: pytest.TempPathFactory
     # A plain copy (not keeping modification times): the copy's time says the data logs
     # took nothing more up to then, so the state changes after the last append are covered.
     copied = tmp_path_factory.mktemp("lag-logs")
-    for folder in kafka_broker.log_dirs.iterdir():
-        if folder.is_dir() and folder.name.startswith(
-                ("__share_group_state-", "__consumer_offsets-", f"{APPENDED}-", f"{CREATED}-")):
-            shutil.copytree(folder, copied / folder.name, copy_function=shutil.copy)
+    copy_log_folders([folder for folder in kafka_broker.log_dirs.iterdir()
+                      if folder.is_dir() and folder.name.startswith(
+                          ("__share_group_state-", "__consumer_offsets-", f"{APPENDED}-",
+                           f"{CREATED}-"))], copied, keep_times=False)
     offline = tmp_path_factory.mktemp("lag-offline") / "warehouse"
     done = subprocess.run([SHARESTATE, "run", "--source", str(copied), "--end-offsets-from",
                            str(copied), "--warehouse", str(offline), *common],
