@@ -253,7 +253,9 @@ def test_a_bad_record_in_a_valid_batch_spoils_only_itself(
         "key length": ({at + 4: 0x7E}, good[:2] + good[3:]),  # 63 bytes: past the record
         "offset delta": ({at + 3: 2 * 9}, good[:2] + good[3:]),  # 9: past the last delta
         "record length": ({at: encoded[2][0] + 2}, good[:2] + good[3:]),  # one byte more
-        "misframed": ({at: encoded[2][0] | 0x80}, good[:2]),  # its length takes a byte more
+        "length's size": ({at: encoded[2][0] | 0x80}, good[:2] + good[3:]),  # a byte more
+        "two bad": ({at + 4: 0x7E, at + len(encoded[2]) + len(encoded[3]) + 4: 0x7E},
+                    good[:2]),  # records 2 and 4: the rest does not parse
         "order": ({at + 3: 2 * 1, at + len(encoded[2]) + 3: 2 * 1}, good[:2]),  # 3 is at 1
     }
     for label, (changes, kept) in cases.items():

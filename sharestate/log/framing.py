@@ -19,7 +19,7 @@ records read are kept; the finding holds the batch, whose header declares them),
 left after the declared ones (kept too), or a batch declaring none that holds bytes after
 its header (Kafka's iterator does not look at those: nothing is read of them, but they are
 reported). A record that does not parse is a `bad_record` finding too; the records after it
-are read when its length still frames it and they parse to the batch's end
+are read when its length or its fields frame it and they parse to the batch's end
 (`parse_batch_records`), else those before it are all that is kept; a payload that fails
 to inflate keeps the records of its frames that ended whole before the fault. An impossible
 length, an unknown magic or a batch running past the end of the stream yields one top-level

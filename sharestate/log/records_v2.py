@@ -96,16 +96,17 @@ def parse_batch_records(buf: bytes, pos: int, end: int, count: int, base_offset:
                         ) -> tuple[list[RawRecord], RecordError | None]:
     """`parse_records`, reading on past one bad record in a batch whose CRC holds (a key
     length, header count, offset delta or record length damaged): the records after it are
-    kept when, from where its length or else its fields end, they all parse, follow the
-    ones before it in offset order and end exactly at the batch's end, `count` records in
-    all. Otherwise the records before it are all that is read. The error names the bad
-    record either way."""
+    kept when, from where its length or else its fields end (its length read as 1 to 5
+    bytes), they all parse, follow the ones before it in offset order and end exactly at
+    the batch's end, `count` records in all. Otherwise the records before it are all that
+    is read. The error names the bad record either way."""
     records, error = parse_records(buf, pos, end, count, base_offset, base_timestamp,
                                    base_sequence, last_delta)
     if error is None or len(records) >= count - 1:
         return records, error
     message, at = error
-    ends = {_declared_end(buf, at), _fields_end(buf, at, end)}
+    ends = {_declared_end(buf, at), *(_fields_end(buf, at + width, end)  # the length's
+                                      for width in range(1, 6))}  # bytes, whatever they say
     for resume in sorted(e for e in ends if e is not None and at < e < end):
         rest, failed = parse_records(buf, resume, end, count - len(records) - 1, base_offset,
                                      base_timestamp, base_sequence, last_delta)
@@ -125,12 +126,11 @@ def _declared_end(buf: bytes, at: int) -> int | None:
     return pos + size
 
 
-def _fields_end(buf: bytes, at: int, end: int) -> int | None:
-    """Where the record at `at` ends by its fields, whatever its length says (None: they
-    cannot be read before `end`)."""
+def _fields_end(buf: bytes, fields: int, end: int) -> int | None:
+    """Where a record whose fields start at `fields` (its attributes) ends by them, whatever
+    its length says (None: they cannot be read before `end`)."""
     try:
-        _, pos = _varint(buf, at)
-        _, pos = _varlong(buf, pos + 1)  # after the attributes: the timestamp delta
+        _, pos = _varlong(buf, fields + 1)  # after the attributes: the timestamp delta
         _, pos = _varint(buf, pos)  # the offset delta
         for _ in range(2):  # the key, the value
             length, pos = _varint(buf, pos)
