@@ -192,6 +192,11 @@ def test_the_pipeline_reads_every_folder_shape(spark: object, tmp_path: Path,
     assert {row["partition"] for row in bronze} == {-1}
     assert f"{tree / BACKUP}: folder '{BACKUP}' is not <topic>-<partition>" in err
     assert f"folder '{past}' names partition {2**31}, past Kafka's largest" in err
+    # four logs of the state topic name no partition: the replay mixes them, and says so
+    assert ("sharestate: warning: 4 logs of __share_group_state name no partition "
+            f"({tree / 'backups' / f'{0:020d}.log'}, {tree / BACKUP / 'share_tombstones.log'}, "
+            f"{tree / BACKUP / 'share_txn.log'}, ...): every record is ingested, but the "
+            "replay takes them as one partition (-1)") in err
 
 
 def test_a_folder_past_int32_names_no_partition(tmp_path: Path,
@@ -209,3 +214,22 @@ def test_a_folder_past_int32_names_no_partition(tmp_path: Path,
         assert {json.loads(row)["state_partition"] for row in rows} == {-1}  # unknown
         assert (f"folder '{folder.name}' names partition {10**20 - 1}, past Kafka's largest "
                 "(2147483647), so it is no partition directory: partition unknown") in err
+
+
+def test_logs_that_name_no_partition_are_listed_per_topic(tmp_path: Path) -> None:
+    """What a Spark run would replay as one partition -1: a topic's logs that name no
+    partition, a file alone or a folder of Kafka-named segments each, and only where a
+    topic has more than one (a partition folder, or another topic's file, is no clash)."""
+    from sharestate.log import discover
+    from sharestate.replay.logs import unplaced_logs
+
+    loose = [_copy("share_txn.log", tmp_path / "a" / "share_txn.log"),
+             _copy("share_tombstones.log", tmp_path / "a" / "share_tombstones.log")]
+    _copy("share_replay_small.log", tmp_path / "a" / "kept" / f"{0:020d}.log")
+    _copy("share_update_tombstone.log", tmp_path / "a" / "kept" / f"{900:020d}.log")
+    _copy("consumer_offsets_txn.log", tmp_path / "a" / "offsets.log")
+    _copy("share_txn.log", tmp_path / "b" / "__share_group_state-3" / f"{0:020d}.log")
+    _copy("share_tombstones.log", tmp_path / "b" / "share_tombstones.log")
+    assert unplaced_logs(discover([str(tmp_path / "a")])) == {
+        "__share_group_state": sorted([tmp_path / "a" / "kept" / f"{0:020d}.log", *loose])}
+    assert unplaced_logs(discover([str(tmp_path / "b")])) == {}

@@ -233,6 +233,22 @@ def log_key(segment: Segment, topic: str) -> tuple[str, object]:
     return topic, ident
 
 
+def unplaced_logs(segments: Iterable[Segment]) -> dict[str, list[Path]]:
+    """The topics of `segments` with more than one log whose path names no partition
+    (`log_key`: a file alone, or a folder of Kafka-named segments), each log by its first
+    file. The tables know such a log as partition -1, so a Spark run replays a topic's all
+    as one log."""
+    logs: dict[str, dict[object, Path]] = {}
+    for segment in segments:
+        if segment.partition is None:
+            topic = detect_segment(segment).topic
+            if topic is not None:
+                _, ident = log_key(segment, topic)
+                logs.setdefault(topic, {}).setdefault(ident, segment.path)
+    return {topic: sorted(firsts.values()) for topic, firsts in logs.items()
+            if len(firsts) > 1}
+
+
 def segment_rank(segment: Segment) -> tuple[int, str]:
     """Where a segment comes in its partition log: by base offset (then path)."""
     return segment.base_offset or 0, str(segment.path)
