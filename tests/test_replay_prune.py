@@ -152,3 +152,23 @@ def test_a_log_dirs_root_is_read_from_kafkas_checkpointed_log_start(tmp_path: Pa
 
     assert state(state_rows(result)) == state(state_rows(everything))
     assert len(state_rows(result)) == sum(p["state"] is not None for p in final["partitions"])
+
+
+def test_an_empty_partition_starts_and_ends_where_kafka_says(tmp_path: Path) -> None:
+    """A partition directory whose segments are empty Kafka-named files: its log starts at
+    the first one's base offset (or the checkpointed start, if later) and ends at the last
+    one's, as ListOffsets answers, not unknown; an empty file of another name says nothing."""
+    root = tmp_path / "root"
+    for partition, bases in ((0, [0]), (1, [40, 75]), (2, [40])):
+        for base in bases:
+            folder = root / f"__share_group_state-{partition}"
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{base:020d}.log").write_bytes(b"")
+    (root / "log-start-offset-checkpoint").write_text("0\n1\n__share_group_state 1 60\n")
+    (tmp_path / "empty.log").write_bytes(b"")
+    logs, _ = partition_logs(discover([root, tmp_path / "empty.log"]),
+                             topic="__share_group_state")
+    spans = {log.partition: (row["log_start_offset"], row["log_end_offset"], row["prune_offset"])
+             for log in logs for row in [prune_recommendation(replay_share_log(log))]}
+    assert spans == {0: (0, 0, None), 1: (60, 75, None), 2: (40, 40, None),
+                     None: (None, None, None)}

@@ -147,6 +147,11 @@ class LogSource(Protocol):
         """Kafka's log start offset where known (else 0): no batch wholly below it is read."""
         ...
 
+    @property
+    def empty_span(self) -> tuple[int, int] | None:
+        """Kafka's log start and end offsets of a log known to hold no batch (else None)."""
+        ...
+
     def batches(self) -> Iterator[DecodedBatch | LogFinding]: ...
 
     def items(self) -> Iterator[LogItem]:
@@ -175,6 +180,20 @@ class PartitionLog:
     @property
     def dialects(self) -> tuple[str, ...]:
         return tuple(d.dialect for d in self.detections)
+
+    @property
+    def empty_span(self) -> tuple[int, int] | None:
+        """When every segment is an empty Kafka-named file: Kafka's log start (the first
+        segment's base offset, or the checkpointed start if later) and end (the last one's
+        base offset, the offset its first batch would take)."""
+        try:
+            if not self.segments or any(s.base_offset is None or s.gzipped
+                                        or s.path.stat().st_size for s in self.segments):
+                return None
+        except OSError:
+            return None
+        bases = [s.base_offset or 0 for s in self.segments]
+        return min(max(bases[0], self.log_start_offset), bases[-1]), bases[-1]
 
     def batches(self) -> Iterator[DecodedBatch | LogFinding]:
         """Every batch (or framing finding) of every segment, in log order: one offset

@@ -173,6 +173,8 @@ class ShareReplay:
                                      snapshot_update_records_per_snapshot)),
                      as_of=as_of, collect_history=collect_history, observe=observe)
         replay.log_start = log.log_start_offset
+        if (span := log.empty_span) is not None:
+            replay.result.log_start_offset, replay.result.log_end_offset = span
         return replay
 
     def snapshot(self) -> Snapshot:

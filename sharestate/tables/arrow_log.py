@@ -55,6 +55,11 @@ class ArrowLog:
         """None known: bronze keeps every row ingested, and its rows are the log."""
         return 0
 
+    @property
+    def empty_span(self) -> None:
+        """Bronze has rows of a log that holds records only."""
+        return None
+
     def batches(self) -> Iterator[DecodedBatch]:
         for chunk in self._chunks():
             yield from chunk.batches()
