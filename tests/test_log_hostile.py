@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from conftest import conformance_dir
 from crc32c import crc32c
-from damage import fake_header, null_record_batch
+from damage import fake_header, fix_crc, null_record_batch, set_count
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -231,7 +231,7 @@ def _with_packed(batch: bytes, packed: bytes, codec: str) -> bytes:
     out = bytearray(batch[:V2_HEADER_SIZE] + packed)
     struct.pack_into(">i", out, 8, len(out) - LOG_OVERHEAD)
     out[22] = (out[22] & ~7) | COMPRESSION_NAMES.index(codec)
-    struct.pack_into(">I", out, 17, crc32c(bytes(out[21:])))
+    fix_crc(out, 0)
     return bytes(out)
 
 
@@ -583,14 +583,6 @@ def test_repeated_fake_headers_cost_linear_work(pure: bool, mib: int,
     assert covered == len(data)  # every byte is a batch or in a finding
 
 
-def _recount(batch: bytes, count: int) -> bytes:
-    """`batch` declaring `count` records, its CRC made valid again."""
-    out = bytearray(batch)
-    struct.pack_into(">i", out, 57, count)
-    struct.pack_into(">I", out, 17, crc32c(bytes(out[21:])))
-    return bytes(out)
-
-
 @pytest.mark.parametrize("pure", [False, True], ids=["native", "pure"])
 @pytest.mark.parametrize("codec", ["none", "zstd"])
 def test_a_count_that_disagrees_with_the_payload_is_a_finding(
@@ -608,15 +600,15 @@ def test_a_count_that_disagrees_with_the_payload_is_a_finding(
              1: (three[:1], "bytes left after the last of 1 records"),
              5: (three, "batch ends after 3 of 5 records")}
     for count, (kept, message) in cases.items():
-        [item] = read_all(_recount(batch, count))
+        [item] = read_all(set_count(batch, 0, count, crc=True))
         assert isinstance(item, Batch) and item.header.crc_valid
         assert item.records == kept
         [finding] = item.findings
         assert finding.kind == "bad_record" and message in finding.message, finding
         assert finding.raw and finding.raw_length == len(finding.raw), finding
         if count == 5:
-            assert (finding.position, finding.raw) == (0, _recount(batch, count))
-    [whole] = read_all(_recount(batch, 3))
+            assert (finding.position, finding.raw) == (0, set_count(batch, 0, count, crc=True))
+    [whole] = read_all(set_count(batch, 0, 3, crc=True))
     assert isinstance(whole, Batch) and whole.records == three and not whole.findings
 
 
@@ -630,8 +622,7 @@ def test_a_marker_declaring_no_records_is_a_finding(pure: bool,
     marker = next(i for i in batches(read_all(data)) if i.header.is_control)
     position = marker.header.position
     size = marker.header.size_in_bytes
-    changed = data[:position] + _recount(data[position:position + size], 0) \
-        + data[position + size:]
+    changed = set_count(data, position, 0, crc=True)
     items = read_all(changed)
     refused = next(b for b in batches(items) if b.header.position == position)
     assert refused.records == []
