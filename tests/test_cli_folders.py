@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 from conftest import conformance_dir
+from damage import layout
 
 from sharestate import exit_codes
 from sharestate.app.cli import main
 
 BACKUP = "backups-2026-11-23"
+SEGMENT = f"{0:020d}.log"
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str], str]:
@@ -166,7 +168,7 @@ def test_the_pipeline_reads_every_folder_shape(spark: object, tmp_path: Path,
     """`run --source` lists sources with the same function as the commands: every record of
     a backup folder, a Kafka-named folder, nested folders, a `.log.gz` and a folder past
     int32 (which stopped the run with exit 70) is in bronze, and stderr says how each
-    ambiguous folder was read."""
+    ambiguous folder was read; of a partition's copies on two brokers, the leader's only."""
     from sharestate.lake import open_lake
     from sharestate.spark.run import parser, run
 
@@ -178,8 +180,12 @@ def test_the_pipeline_reads_every_folder_shape(spark: object, tmp_path: Path,
         (f"backups/{0:020d}.log", "share_replay_small.log"),
         (f"nested/2026-11-24/{past}/{0:020d}.log", "share_update_tombstone.log"),
         ("nested/old/offsets.log.gz", "consumer_offsets_txn.log"))]
+    leader = _copy("share_replay_small.log", tree / f"cluster/b2/__share_group_state-5/{SEGMENT}")
+    follower = tree / f"cluster/b1/__share_group_state-5/{SEGMENT}"
+    follower.parent.mkdir(parents=True)
+    follower.write_bytes(leader.read_bytes()[:layout(leader.read_bytes())[9].position])
     expected = {}
-    for path in files:
+    for path in (*files, leader):
         _, rows, _ = _run(capsys, "decode", str(path))
         expected[str(path)] = len(rows)
     warehouse = tmp_path / "wh"
@@ -189,7 +195,9 @@ def test_the_pipeline_reads_every_folder_shape(spark: object, tmp_path: Path,
     bronze = open_lake(spark).read(warehouse / "log_records").groupBy("source", "partition") \
         .count().collect()  # type: ignore[attr-defined]
     assert {row["source"]: row["count"] for row in bronze} == expected
-    assert {row["partition"] for row in bronze} == {-1}
+    assert {row["partition"] for row in bronze} == {-1, 5}
+    assert f"__share_group_state-5: 2 copies (replicas of several brokers?); read {leader.parent}" \
+        in err  # the follower's copy is not read: its records are the leader's
     assert f"{tree / BACKUP}: folder '{BACKUP}' is not <topic>-<partition>" in err
     assert f"folder '{past}' names partition {2**31}, past Kafka's largest" in err
     # four logs of the state topic name no partition: the replay mixes them, and says so

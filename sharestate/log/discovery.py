@@ -253,9 +253,10 @@ def discover(sources: Iterable[str | os.PathLike[str]], *,
              topics: Collection[str] = INTERNAL_TOPICS,
              say: Callable[[str], None] | None = None,
              read_elsewhere: Callable[[Path], bool] | None = None) -> list[Segment]:
-    """All segments named by `sources`, in argument order (duplicates dropped); `say` is
-    told what a directory held that was not read, in one line per reason, but for the
-    folders `read_elsewhere` says another reader takes.
+    """All segments named by `sources`, in argument order (duplicates dropped, and of a
+    partition found in several folders only one copy: `replicas`); `say` is told what a
+    directory held that was not read, in one line per reason, but for the folders
+    `read_elsewhere` says another reader takes.
 
     A source that holds no segment is never read as empty: raises `SourceError` for a path
     that does not exist or cannot be read, a file that is not a segment, or a directory
@@ -278,6 +279,8 @@ def discover(sources: Iterable[str | os.PathLike[str]], *,
                                              read_elsewhere or (lambda folder: False)))
         else:
             found.append(segment_of(path, topics))
+    from sharestate.log.replicas import one_replica
+
     seen: set[Path] = set()
     unique: list[Segment] = []
     for segment in found:
@@ -285,4 +288,4 @@ def discover(sources: Iterable[str | os.PathLike[str]], *,
         if key not in seen:
             seen.add(key)
             unique.append(segment)
-    return unique
+    return one_replica(unique, say or (lambda line: None))
