@@ -92,6 +92,14 @@ def test_merge_keeps_earlier_runs_rows_and_replaces_the_same_observation() -> No
     assert merge_rows(merged, [_row(200, 13), _row(300, 20)]) == merged
 
 
+def test_replicas_observed_in_one_run_give_the_furthest_end_offset() -> None:
+    """Two brokers' copies of a partition, one behind: the run keeps what the one ahead saw
+    (the copy listed last won, whichever it was)."""
+    for new in ([_row(200, 13), _row(200, 11)], [_row(200, 11), _row(200, 13)]):
+        merged = merge_rows([_row(200, 9)], new)
+        assert [(r["time"], r["end_offset"]) for r in merged] == [(200, 13)]
+
+
 def test_sampling_is_bounded_and_nests() -> None:
     times = list(range(1_000, 1_000 + 50_000, 7))
     few = sampled(times, 100)

@@ -78,12 +78,23 @@ def merge_rows(old: Iterable[Mapping[str, Any]], new: Iterable[Mapping[str, Any]
                ) -> list[dict[str, Any]]:
     """The table after a run: `new` rows replace old ones of the same (topic id or name,
     partition, time, source); the rest of `old` is kept (earlier runs' observations stay
-    true after the records are gone). Sorted, so a re-run writes the same table."""
-    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for row in [*old, *new]:
-        merged[(row["topic_id"] or "", row["topic"] or "", row["partition"], row["time"],
-                row["source"])] = dict(row)
+    true after the records are gone). Of several `new` rows of one key, the largest end
+    offset is kept: they are replicas of the partition (the log.dirs of several brokers),
+    and the one that reaches furthest had the records the others had not yet copied.
+    Sorted, so a re-run writes the same table."""
+    merged = {_key(row): dict(row) for row in old}
+    observed: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in new:
+        key = _key(row)
+        if key not in observed or row["end_offset"] > observed[key]["end_offset"]:
+            observed[key] = dict(row)
+    merged.update(observed)
     return [merged[key] for key in sorted(merged)]
+
+
+def _key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (row["topic_id"] or "", row["topic"] or "", row["partition"], row["time"],
+            row["source"])
 
 
 def sample_level(times: Sequence[int], bound: int = MAX_SAMPLES_PER_PARTITION) -> int:
