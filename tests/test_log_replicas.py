@@ -4,6 +4,7 @@ the replica that reaches furthest (they were all read, every batch after the fir
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,28 @@ def test_on_equal_reach_the_replica_with_more_history_is_read(tmp_path: Path,
     (fuller / SEGMENT).write_bytes(log[:cut.position])
     (fuller / f"{cut.base_offset:020d}.log").write_bytes(log[cut.position:])
     assert {s.path.parent for s in discover([tmp_path])} == {fuller}
+
+
+def test_the_copy_read_keeps_the_latest_log_start_any_copy_checkpointed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], log: bytes) -> None:
+    """Three caught-up copies, the one read (the first by path on a tie) from a broker whose
+    checkpoint trails the share coordinator's last prune: prune and state answer from the
+    latest start a copy checkpointed, as from that copy alone (a 3-broker 4.3.1 cluster
+    after a leader's kill -9: log start 1655 and 51 records reclaimable, where
+    ListOffsets earliest said 1706)."""
+    spans = layout(log)
+    stale, start = spans[3].base_offset, spans[len(spans) // 2].base_offset + 1
+    cluster = tmp_path / "cluster"
+    for broker, checkpointed in (("broker-1", stale), ("broker-2", start), ("broker-3", 0)):
+        _replica(cluster, broker, log)
+        (cluster / broker / "log-start-offset-checkpoint").write_text(
+            f"0\n1\n__share_group_state 0 {checkpointed}\n")
+    alone = _replica(tmp_path, "one", log).parent
+    (alone / "log-start-offset-checkpoint").write_text(f"0\n1\n__share_group_state 0 {start}\n")
+
+    for command in ("prune", "state"):
+        status, out, err = _run(capsys, command, str(cluster))
+        assert (status, out) == _run(capsys, command, str(alone))[:2], err
+        assert f"; log start {start} as {cluster / 'broker-2'} checkpointed it" in err
+    (row,) = [json.loads(line) for line in _run(capsys, "prune", str(cluster))[1].splitlines()]
+    assert row["log_start_offset"] == start

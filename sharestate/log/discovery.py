@@ -64,6 +64,9 @@ class Segment:
     gzipped: bool
     note: str | None = None
     """Why the path names no topic-partition, when it looks as if it did."""
+    log_start: int | None = None
+    """The partition's log start that another broker's copy of it checkpointed, when that
+    is later than its own root's (`sharestate.log.replicas`)."""
 
     def open(self) -> BinaryIO:
         """The segment's bytes as a binary stream (inflated when gzipped, bounded as

@@ -8,15 +8,24 @@ copy, and all but the first as offsets going back. So each partition is read fro
 the one whose log reaches furthest (the highest last offset, as the leader's would), on a tie
 the one holding more bytes (more of the history the log cleaner or retention left), then the
 first by path. What was passed over is said.
+
+The copy read keeps the latest log start any copy's root checkpointed for the partition
+(`log-start-offset-checkpoint`): a follower takes the leader's log start from its fetches
+and a log start never moves back, so no copy checkpoints one Kafka had not set, while a
+copy's own may trail it (checkpointed before the share coordinator's last prune reached
+that broker). Right after a failover the new leader may still serve an earlier start,
+until its share coordinator prunes again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from sharestate.log.batch import Batch, BatchRun
 from sharestate.log.discovery import Segment, read_segment
+from sharestate.log.log_starts import log_starts
 
 
 def one_replica(segments: Iterable[Segment], say: Callable[[str], None]) -> list[Segment]:
@@ -29,6 +38,7 @@ def one_replica(segments: Iterable[Segment], say: Callable[[str], None]) -> list
             folders.setdefault((segment.topic, segment.partition), {}).setdefault(
                 segment.path.parent, []).append(segment)
     passed: set[Path] = set()
+    starts: dict[Path, int] = {}
     for (topic, partition), copies in folders.items():
         if len(copies) < 2:
             continue
@@ -36,10 +46,19 @@ def one_replica(segments: Iterable[Segment], say: Callable[[str], None]) -> list
         chosen = max(sorted(copies), key=reach.__getitem__)  # the first by path on a tie
         others = sorted(folder for folder in copies if folder != chosen)
         passed.update(others)
+        start = {folder: log_starts(folder.parent).get((topic, partition), 0)
+                 for folder in copies}
+        latest = max(others, key=start.__getitem__)
+        later = ""
+        if start[latest] > start[chosen]:
+            starts[chosen] = start[latest]
+            later = f"; log start {start[latest]} as {latest.parent} checkpointed it"
         say(f"{topic}-{partition}: {len(copies)} copies (replicas of several brokers?); "
             f"read {chosen} (last offset {_offset(reach[chosen][0])}), not "
-            + ", ".join(f"{folder} ({_offset(reach[folder][0])})" for folder in others))
-    return [s for s in segments if s.path.parent not in passed]
+            + ", ".join(f"{folder} ({_offset(reach[folder][0])})" for folder in others)
+            + later)
+    return [replace(s, log_start=starts[s.path.parent]) if s.path.parent in starts else s
+            for s in segments if s.path.parent not in passed]
 
 
 def _reach(copy: list[Segment]) -> tuple[int, int]:

@@ -234,14 +234,15 @@ def from_log_start(start: int, items: Iterable[Item]) -> Iterator[Item]:
 
 def _log_start(segment: Segment, roots: dict[Path, dict[tuple[str, int], int]]) -> int:
     """The checkpointed log start of the partition whose directory holds `segment` (0 when
-    its folder is no partition directory or its root checkpoints none)."""
+    its folder is no partition directory or its root checkpoints none), or the later one
+    another broker's copy of it checkpointed (`Segment.log_start`)."""
     topic, partition, folder = segment.topic, segment.partition, segment.path.parent
     if topic is None or partition is None or folder.name != f"{topic}-{partition}":
         return 0
     root = folder.parent
     if root not in roots:
         roots[root] = log_starts(root)
-    return max(roots[root].get((topic, partition), 0), 0)
+    return max(roots[root].get((topic, partition), 0), segment.log_start or 0, 0)
 
 
 def log_key(segment: Segment, topic: str) -> tuple[str, object]:
