@@ -144,7 +144,8 @@ def run_once(source: Path, master: str, backend: str = "rs",
 RUN_COLUMNS = {"ingest_run", "run_id", "committed_at", "source"}
 """Columns that name the run that wrote a row, or where it read (they differ between the
 warehouses: the daily one reads a folder of its own)."""
-RUN_TABLES = {"ingest_runs", "quality_results", "replay_state", "lag_state"}
+RUN_TABLES = {"ingest_runs", "log_start_offsets", "quality_results", "replay_state",
+              "lag_state"}
 """Tables about the runs themselves."""
 
 

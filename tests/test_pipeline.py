@@ -22,6 +22,7 @@ from conftest import conformance_dir
 
 from sharestate.lake import open_lake
 from sharestate.records.spec import snake_case
+from sharestate.replay.prune import PRUNE_LINE
 from sharestate.spark.run import main as run_all
 
 pytestmark = pytest.mark.slow
@@ -45,13 +46,27 @@ def run(spark: Any, source: Path, warehouse: Path, *extra: str) -> int:
     return run_all(["--source", str(source), "--warehouse", str(warehouse), *extra])
 
 
+PRUNED = SHARE_FILES.index("share_replay_small")
+"""The partition whose log start the root's checkpoint moved to its prune point, as Kafka's
+share coordinator prunes (the segment still holds the records below it)."""
+
+
 @pytest.fixture(scope="module")
-def warehouse(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("logs")
     layout(root, "kafka-4.4-dev", SHARE_FILES, "__share_group_state")
     layout(root, "kafka-4.4-dev", OFFSET_FILES, "__consumer_offsets")
+    small = json.loads((conformance_dir("kafka-4.4-dev") / "share_replay_small.final_state.json")
+                       .read_text("utf-8"))
+    (root / "log-start-offset-checkpoint").write_text(
+        f"0\n1\n__share_group_state {PRUNED} {small['lastRedundantOffset']}\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def warehouse(spark: Any, logs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("warehouse")
-    assert run(spark, root, out, "--snapshot-update-records", "5") in (0, 1)
+    assert run(spark, logs, out, "--snapshot-update-records", "5") in (0, 1)
     return out
 
 
@@ -142,6 +157,27 @@ def test_audits_lag_and_prune_tables(spark: Any, warehouse: Path) -> None:
     lag = rows(spark, warehouse, "share_group_lag")
     state = rows(spark, warehouse, "share_partition_state")
     assert len(lag) == len(state) and all(r["lag_is_lower_bound"] for r in lag)
+
+
+def test_prune_recommendations_equal_sharestate_prune(spark: Any, logs: Path,
+                                                      warehouse: Path) -> None:
+    """Over a copy of a broker whose share coordinator pruned a partition (its checkpointed
+    log start the prune point), the pipeline's rows are `sharestate prune`'s: Kafka's log
+    start, nothing below it reclaimable (it gave the first offset and the deleted records)."""
+    done = subprocess.run([sys.executable, "-m", "sharestate", "prune", str(logs),
+                           "--snapshot-update-records", "5"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode in (0, 1), done.stderr
+    cli = {r["partition"]: r for r in map(json.loads, done.stdout.splitlines())}
+    ours = {r["state_partition"]: {"topic": r["state_topic"], "partition": r["state_partition"],
+                                   **{k: r[k] for k in PRUNE_LINE}}
+            for r in rows(spark, warehouse, "prune_recommendations")}
+    assert ours == cli
+    assert cli[PRUNED]["log_start_offset"] == cli[PRUNED]["prune_offset"] > 0
+    assert cli[PRUNED]["reclaimable_records"] == 0
+    assert {(r["source"], r["topic"], r["partition"], r["log_start_offset"])
+            for r in rows(spark, warehouse, "log_start_offsets")} == {
+        (str(logs), "__share_group_state", PRUNED, cli[PRUNED]["log_start_offset"])}
 
 
 def _snapshot(spark: Any, warehouse: Path) -> dict[str, list[str]]:

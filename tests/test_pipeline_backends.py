@@ -64,12 +64,19 @@ def run_jvm(*runs: tuple[Path, Path]) -> None:
 
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The first day's log, and the same log a day later with one more partition."""
+    """The first day's log, and the same log a day later with one more partition; the
+    share coordinator pruned share_replay_small's partition before each day's copy (its
+    checkpointed log start at half its prune point, then at it)."""
     first = tmp_path_factory.mktemp("first")
     layout(first, "kafka-4.4-dev", SHARE_FILES[:-1], "__share_group_state")
     layout(first, "kafka-4.4-dev", OFFSET_FILES, "__consumer_offsets")
     later = tmp_path_factory.mktemp("later")
     shutil.copytree(first, later, dirs_exist_ok=True)
+    point = json.loads((conformance_dir("kafka-4.4-dev") / "share_replay_small.final_state.json")
+                       .read_text("utf-8"))["lastRedundantOffset"]
+    for root, start in ((first, point // 2), (later, point)):
+        (root / "log-start-offset-checkpoint").write_text(
+            f"0\n1\n__share_group_state {SHARE_FILES.index('share_replay_small')} {start}\n")
     extra = later / f"__share_group_state-{len(SHARE_FILES) - 1}"
     extra.mkdir()
     shutil.copy(conformance_dir("kafka-4.4-dev") / f"{SHARE_FILES[-1]}.log",
@@ -142,7 +149,15 @@ def test_jvm_share_partition_state_is_kafkas(spark: Any, warehouses: dict[str, P
 
 def test_a_warehouse_continued_by_the_other_backend(spark: Any,
                                                     warehouses: dict[str, Path]) -> None:
+    """... and the partition whose log start moved between the days went on from its state
+    to Kafka's figures: the start the later copy checkpoints, nothing below it reclaimable."""
     reference = snapshot(spark, warehouses["rs"])
+    final = json.loads((conformance_dir("kafka-4.4-dev") / "share_replay_small.final_state.json")
+                       .read_text("utf-8"))
+    [pruned] = open_lake(spark, "rs").read(str(warehouses["rs"] / "prune_recommendations")).where(
+        f"state_partition = {SHARE_FILES.index('share_replay_small')}").collect()
+    assert (pruned["log_start_offset"], pruned["reclaimable_records"]) == (
+        final["lastRedundantOffset"], 0)
     assert snapshot(spark, warehouses["rs_then_jvm"]) == reference
     assert snapshot(spark, warehouses["jvm_then_rs"]) == reference
 

@@ -28,7 +28,8 @@ DAYS = 5
 RUN_COLUMNS = {"ingest_run", "run_id", "committed_at", "source"}
 """Columns naming the run that wrote a row or the file it read (the days read a folder of
 their own)."""
-RUN_TABLES = {"ingest_runs", "quality_results", "replay_state", "lag_state"}
+RUN_TABLES = {"ingest_runs", "log_start_offsets", "quality_results", "replay_state",
+              "lag_state"}
 
 
 def _rows(warehouse: Path, name: str) -> list[str]:

@@ -60,6 +60,11 @@ def test_live_source_replays_like_the_segment(bootstrap: str, tmp_path: Path) ->
             [{snake_case(k): v for k, v in b.items()} for b in state["stateBatches"]])
     assert {k: (r["start_offset"], r["state_epoch"], r["state_batches"])
             for k, r in rows.items()} == want
+    # each partition's earliest offset (ListOffsets), where the replay begins
+    starts = {(r["source"], r["topic"], r["partition"]): r["log_start_offset"]
+              for r in lake.read(str(warehouse / "log_start_offsets")).collect()}
+    assert starts and set(starts.values()) == {0}
+    assert (f"kafka://{bootstrap}", "__share_group_state", 0) in starts
     runs = lake.read(str(warehouse / "ingest_runs")).collect()
     assert {r["source_kind"] for r in runs} == {"kafka"}
     assert all("control batches" in (r["note"] or "") for r in runs)

@@ -16,7 +16,7 @@ import json
 import logging
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
@@ -168,6 +168,9 @@ class KafkaPlan:
 
     options: KafkaReadOptions
     ranges: tuple[OffsetRange, ...]
+    log_starts: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    """Each partition's low watermark when planned: Kafka's log start offset (ListOffsets
+    earliest)."""
 
     @property
     def splits(self) -> list[OffsetRange]:
@@ -290,5 +293,6 @@ def plan_read(options: KafkaReadOptions) -> KafkaPlan:
     """Plan the ranges `options` ask for, against the cluster's current watermarks."""
     starting = parse_offsets(options.starting_offsets, "startingOffsets")
     ending = parse_offsets(options.ending_offsets, "endingOffsets")
-    return KafkaPlan(options, tuple(resolve_ranges(fetch_watermarks(options), starting,
-                                                   ending)))
+    watermarks = fetch_watermarks(options)
+    return KafkaPlan(options, tuple(resolve_ranges(watermarks, starting, ending)),
+                     {where: low for where, (low, _) in watermarks.items()})

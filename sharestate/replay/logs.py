@@ -245,6 +245,19 @@ def _log_start(segment: Segment, roots: dict[Path, dict[tuple[str, int], int]]) 
     return max(roots[root].get((topic, partition), 0), segment.log_start or 0, 0)
 
 
+def checkpointed_starts(segments: Iterable[Segment]) -> dict[tuple[str, int], tuple[Path, int]]:
+    """The checkpointed log start of each partition whose directory holds some of
+    `segments` (the one the commands read from: `_log_start`), with the log.dirs root of
+    that directory."""
+    roots: dict[Path, dict[tuple[str, int], int]] = {}
+    starts = {}
+    for segment in segments:
+        start = _log_start(segment, roots)
+        if start and segment.topic is not None and segment.partition is not None:
+            starts[(segment.topic, segment.partition)] = (segment.path.parent.parent, start)
+    return starts
+
+
 def log_key(segment: Segment, topic: str) -> tuple[str, object]:
     """Which partition log a segment of `topic` belongs to: its partition when its path
     names one, else its folder when it bears Kafka's segment name, else itself."""

@@ -75,6 +75,20 @@ class PruneLedger:
                 del column[:first]
             self.first = 0
 
+    def forget_below(self, start: int, records: int, size: int) -> None:
+        """Kafka's log start moved to `start` (deleteRecords): forget the batches wholly
+        below it, `records` records of `size` bytes in all, whether counted below the point
+        or still listed above it."""
+        last_offsets, end = self.last_offsets, 0
+        while end < len(last_offsets) and last_offsets[end] < start:
+            end += 1
+        uncounted = slice(self.first, max(end, self.first))
+        self.records -= records - sum(self.counts[uncounted])
+        self.bytes -= size - sum(self.sizes[uncounted])
+        for column in (self.last_offsets, self.counts, self.sizes):
+            del column[:end]
+        self.first = max(self.first - end, 0)
+
     def below(self, offset: int) -> tuple[int, int]:
         """(records, bytes) of the batches wholly below `offset` (>= the prune point)."""
         end = self._end_below(offset)

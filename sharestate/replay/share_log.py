@@ -197,6 +197,31 @@ class ShareReplay:
         replay.stopped = stopped
         return replay
 
+    def move_log_start(self, start: int, read: Iterable[DecodedBatch | LogFinding]) -> None:
+        """Kafka's log start moved to `start` since this replay began (the coordinator
+        pruned: deleteRecords), seen as a coordinator that kept running sees it: the state
+        stays, the batches wholly below `start` leave the prune ledger and the log starts
+        where a replay from `start` would. `read`: the batches this replay applied from its
+        own log start on, in order (up to the one holding `start`, or all)."""
+        result = self.result
+        self.log_start = max(self.log_start, start)
+        if result.log_start_offset is None or start <= result.log_start_offset:
+            return
+        records = size = 0
+        begins = start
+        for item in read:
+            if not isinstance(item, DecodedBatch) or not item.records:
+                continue
+            header = item.header
+            if header.last_offset >= start:
+                begins = max(header.base_offset, start)
+                break
+            records += len(item.records)
+            size += header.size_in_bytes
+        result.log_start_offset = begins
+        result.ledger.forget_below(start, records, size)
+        self._advance_ledger()
+
     def run(self, items: Iterable[LogItem], history_sink: HistorySink | None = None) -> None:
         """Apply `items` in turn until they end or the stop point is reached, each item's
         history entries (when collected) to `history_sink`."""

@@ -24,6 +24,7 @@ from sharestate.records import segment
 from sharestate.records.catalog import Dialect, dialect
 from sharestate.records.keyvalue import KeyValue, decode_key_values
 from sharestate.records.segment import DecodedBatch, LogItem, QuietRun
+from sharestate.replay.logs import from_log_start
 from sharestate.tables.columns import tuples_of
 
 COLUMNS = ("offset", "timestamp", "key", "value", "position", "batch_base_offset",
@@ -41,6 +42,9 @@ class ArrowLog:
     partition: int | None
     rows: Iterable[pa.RecordBatch]
     dialect_name: str
+    log_start_offset: int = 0
+    """Kafka's log start offset of the partition as ingest last learnt it (0: none known):
+    bronze keeps every row ingested, and the batches wholly below it are not read."""
 
     @property
     def name(self) -> str:
@@ -51,22 +55,17 @@ class ArrowLog:
         return (self.dialect_name,)
 
     @property
-    def log_start_offset(self) -> int:
-        """None known: bronze keeps every row ingested, and its rows are the log."""
-        return 0
-
-    @property
     def empty_span(self) -> None:
         """Bronze has rows of a log that holds records only."""
         return None
 
-    def batches(self) -> Iterator[DecodedBatch]:
-        for chunk in self._chunks():
-            yield from chunk.batches()
+    def batches(self) -> Iterator[DecodedBatch | LogFinding]:
+        return from_log_start(self.log_start_offset, (
+            batch for chunk in self._chunks() for batch in chunk.batches()))
 
     def items(self) -> Iterator[LogItem]:
-        for chunk in self._chunks():
-            yield from chunk.items()
+        return from_log_start(self.log_start_offset, (
+            item for chunk in self._chunks() for item in chunk.items()))
 
     def _chunks(self) -> Iterator[_Chunk]:
         """The rows as chunks of whole batches: the rows of a batch that the input splits

@@ -16,7 +16,7 @@ over the log feeds every table (the lake's `overwrite_many` writes them).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, groupby
 from typing import Any, NamedTuple, TypeVar
@@ -126,21 +126,39 @@ def _first_dialect(slices: Iterator[pa.RecordBatch]) -> tuple[str, Iterator[pa.R
     return dialect, chained()
 
 
-def share_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator[Rows]:
+LogStarts = Mapping[int, int]
+"""Kafka's log start offset of each partition of a topic, as ingest last learnt it (a
+partition not named: none known)."""
+Earlier = Callable[[int], Iterable[pa.RecordBatch]]
+"""The bronze rows, in offset order, of a partition's files that reach from an offset to
+below its log start (`read_partition_files` of them)."""
+
+
+def share_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions,
+               log_starts: LogStarts | None = None) -> Iterator[Rows]:
     """Gold rows for bronze rows of `__share_group_state` (see the module), every partition
     replayed from its log start."""
     for partition, slices in column_runs(rows, "partition"):
-        yield from share_partition_gold(partition, slices, options)
+        yield from share_partition_gold(partition, slices, options,
+                                        log_start=(log_starts or {}).get(partition, 0))
 
 
 def share_partition_gold(partition: int, rows: Iterable[pa.RecordBatch],
-                         options: GoldOptions, state: bytes | None = None) -> Iterator[Rows]:
+                         options: GoldOptions, state: bytes | None = None, *,
+                         log_start: int = 0, earlier: Earlier | None = None
+                         ) -> Iterator[Rows]:
     """Gold rows of one `__share_group_state` partition: its bronze rows replayed from its
     log start, or with `state` (its `replay_state` row's) from that state, `rows` being the
     ones above it. Either way the history, audit findings and shard findings of the records
     it applies (the shard's first `max_findings` of the partition's log listed, the rest
     counted: its `omitted_findings` rows, whole), the partition's state tables whole, and
-    (with no stop point) its new `replay_state` row."""
+    (with no stop point) its new `replay_state` row.
+
+    `log_start`: Kafka's log start offset (0: none known). A replay from the log start reads
+    from the batch holding it, as the coordinator loads the log; one that goes on from a
+    state made when the log started earlier keeps its state, as a coordinator that kept
+    running while it pruned does, and forgets the batches below it (`earlier` gives the rows
+    it read from the state's log start on: `ShareReplay.move_log_start`)."""
     slices = iter(rows)
     first = next(slices, None)
     taken = decode(state)[0] if state is not None else None
@@ -163,10 +181,12 @@ def share_partition_gold(partition: int, rows: Iterable[pa.RecordBatch],
                                          snapshot_update_records_per_snapshot=(
                                              options.snapshot_update_records_per_snapshot)),
                              as_of=options.as_of, history=history.rows, observe=auditor.batch)
+    replay.log_start = log_start
     replay.result.shard.cap = cap
     known = len(replay.result.shard.findings)
     log = ArrowLog(SHARE_STATE_TOPIC, partition,
-                   [] if first is None else chain([first], slices), dialect)
+                   [] if first is None else chain([first], slices), dialect,
+                   log_start if taken is None or replay.result.log_start_offset is None else 0)
     for item in log.items():
         replay.apply(item)
         if len(history) >= HISTORY_ROWS:
@@ -176,6 +196,10 @@ def share_partition_gold(partition: int, rows: Iterable[pa.RecordBatch],
     if len(history):
         yield SHARE_GOLD[0], history_batch(history, SHARE_STATE_TOPIC, partition, dialect)
     result = replay.result
+    since = result.log_start_offset
+    if taken is not None and since is not None and log_start > since and earlier is not None:
+        replay.move_log_start(log_start, ArrowLog(SHARE_STATE_TOPIC, partition,
+                                                  earlier(since), dialect, since).batches())
     yield "share_partition_state", state_batch(result)
     yield rows_of("prune_recommendations", [prune_recommendation(result)])
     yield rows_of("audit_findings", [
@@ -189,13 +213,17 @@ def share_partition_gold(partition: int, rows: Iterable[pa.RecordBatch],
             result.last_applied_timestamp, result.records, options)])
 
 
-def group_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions) -> Iterator[Rows]:
-    """Gold rows for bronze rows of `__consumer_offsets` (see the module)."""
+def group_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions,
+               log_starts: LogStarts | None = None) -> Iterator[Rows]:
+    """Gold rows for bronze rows of `__consumer_offsets` (see the module), each partition
+    read from the batch holding its log start (`log_starts`), as the coordinator loads it."""
     for partition, slices in column_runs(rows, "partition"):
         dialect, slices = _first_dialect(slices)
         history = OffsetHistory(partition)
         auditor = TransactionAuditor(CONSUMER_OFFSETS_TOPIC, partition)
-        result = replay_group_log(ArrowLog(CONSUMER_OFFSETS_TOPIC, partition, slices, dialect),
+        log = ArrowLog(CONSUMER_OFFSETS_TOPIC, partition, slices, dialect,
+                       (log_starts or {}).get(partition, 0))
+        result = replay_group_log(log,
                                   as_of=options.as_of, listener=history,
                                   observe=auditor.batch)
         coordinator = result.coordinator

@@ -73,6 +73,14 @@ def finding_limit(state: bytes) -> int | None:
     return None if cap is None or cap.num_rows != 1 else cap["limit"][0].as_py()
 
 
+def state_log_start(state: bytes) -> int | None:
+    """The log start offset a share replay's state in a `replay_state` row began from (None:
+    no such state, or nothing applied yet), read without the rest of it."""
+    replay = read_table(state, "share_replay")
+    return None if replay is None or replay.num_rows != 1 else \
+        replay["log_start_offset"][0].as_py()
+
+
 def restored_dialect(snapshot: Snapshot) -> str:
     """The dialect a restored share replay decodes its records under."""
     dialect: str = snapshot.table("share_replay")["dialect"][0].as_py()

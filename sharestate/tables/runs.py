@@ -1,8 +1,8 @@
-"""`ingest_runs` rows: the one place they are made."""
+"""`ingest_runs` and `log_start_offsets` rows: the one place they are made (and read back)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -20,3 +20,26 @@ def ingest_run_row(run_id: str, covered: Mapping[str, Any], *, findings: int,
             "first_offset": covered["first_offset"], "last_offset": covered["last_offset"],
             "bytes": size, "records": covered["records"], "findings": findings,
             "modified_ms": modified_ms, "note": note, "finished_at": finished_at}
+
+
+def log_start_row(run_id: str, source: str, where: tuple[str, int], offset: int,
+                  finished_at: int) -> dict[str, Any]:
+    """A `log_start_offsets` row: Kafka's log start `offset` of partition `where` (topic,
+    partition) as `source` (a log.dirs root, or kafka://...) gave it to run `run_id`."""
+    topic, partition = where
+    return {"ingest_run": run_id, "source": source, "topic": topic, "partition": partition,
+            "log_start_offset": offset, "finished_at": finished_at}
+
+
+def latest_log_starts(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[int, int]]:
+    """Kafka's log start of each partition, by topic, from `log_start_offsets` rows: the
+    latest run's (the largest if its sources differ); a partition without a row is absent."""
+    latest: dict[tuple[str, int], tuple[int, int]] = {}
+    for row in rows:
+        key = (row["topic"], row["partition"])
+        seen = (row["finished_at"], row["log_start_offset"])
+        latest[key] = max(latest.get(key, seen), seen)
+    starts: dict[str, dict[int, int]] = {}
+    for (topic, partition), (_, offset) in latest.items():
+        starts.setdefault(topic, {})[partition] = offset
+    return starts

@@ -7,7 +7,8 @@ its input once whatever the number of tables. Pure pyarrow and the core; no Spar
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -30,10 +31,13 @@ REPLAY_TASKS = pa.schema([("topic", pa.string()), ("partition", pa.int32()),
                               ("uri", pa.string()), ("segment", pa.int64()),
                               ("first_offset", pa.int64()), ("last_offset", pa.int64()),
                               ("read_at", pa.int64()), ("below", pa.int64())]))),
-                          ("state", pa.binary()), ("above", pa.int64())])
+                          ("state", pa.binary()), ("above", pa.int64()),
+                          ("log_start", pa.int64())])
 """`replay_partitions`' input, a task a row: an internal-topic partition's bronze files
 (`gold_pass.BronzeFile`) and the `replay_state` it goes on from (null: from the log start),
-with its last applied offset (`above`: the files and rows at or below it are not read)."""
+with its last applied offset (`above`: the files and rows at or below it are not read), and
+Kafka's log start offset of the partition (null: none known; with a state, the files below
+`above` that reach below it are listed too: `gold_pass.share_partition_gold`)."""
 
 
 def bronze_tables(staging: Iterable[bronze.Staged], silver: bool = False) -> Iterator[Rows]:
@@ -107,22 +111,32 @@ def replay_partitions(tasks: Iterator[pa.RecordBatch], options: GoldOptions) -> 
     with collector_paused():
         for batch in tasks:
             for task in batch.to_pylist():
-                state = task.get("state")
-                rows = read_partition_files(task["partition"],
-                                            [BronzeFile(**f) for f in task["files"]],
-                                            above=task.get("above"))
+                partition, start = task["partition"], task.get("log_start") or 0
+                files = [BronzeFile(**f) for f in task["files"]]
+                rows = read_partition_files(partition, files, above=task.get("above"))
                 if task["topic"] == SHARE_STATE_TOPIC:
-                    yield from gold_pass.share_partition_gold(task["partition"], rows,
-                                                              options, state)
+                    yield from gold_pass.share_partition_gold(
+                        partition, rows, options, task.get("state"), log_start=start,
+                        earlier=partial(_earlier, partition, files, start))
                 else:
-                    yield from gold_pass.group_gold(rows, options)
+                    yield from gold_pass.group_gold(rows, options, {partition: start})
 
 
-def replay_rows(rows: Iterator[pa.RecordBatch], options: GoldOptions) -> Iterator[Rows]:
-    """Replay bronze rows ordered by (topic, partition, offset) into the gold tables."""
+def _earlier(partition: int, files: list[BronzeFile], log_start: int, since: int
+             ) -> Iterator[pa.RecordBatch]:
+    """The rows of the files that reach from `since` to below `log_start`, in offset order."""
+    return read_partition_files(partition, [f for f in files if f.last_offset >= since
+                                            and f.first_offset < log_start])
+
+
+def replay_rows(rows: Iterator[pa.RecordBatch], options: GoldOptions,
+                log_starts: Mapping[str, gold_pass.LogStarts] | None = None) -> Iterator[Rows]:
+    """Replay bronze rows ordered by (topic, partition, offset) into the gold tables, each
+    partition from the batch holding its log start (`log_starts`, by topic)."""
     with collector_paused():
         for topic, slices in gold_pass.column_runs(rows, "topic"):
+            starts = (log_starts or {}).get(topic)
             if topic == SHARE_STATE_TOPIC:
-                yield from gold_pass.share_gold(slices, options)
+                yield from gold_pass.share_gold(slices, options, starts)
             else:
-                yield from gold_pass.group_gold(slices, options)
+                yield from gold_pass.group_gold(slices, options, starts)

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -18,8 +18,9 @@ from pyspark.sql import functions as F
 
 from sharestate.cluster.kafka_options import KAFKA_SCHEME, source_options
 from sharestate.lake import ActiveFile, Lake, Produce, Target, open_lake
-from sharestate.log import DEFAULT_LIMITS, ReadLimits, discover, segment_of
+from sharestate.log import DEFAULT_LIMITS, ReadLimits, Segment, discover, segment_of
 from sharestate.log.index import split_points
+from sharestate.replay.logs import checkpointed_starts
 from sharestate.spark.jobs.warehouse import (
     SILVER,
     RunReport,
@@ -30,7 +31,10 @@ from sharestate.spark.jobs.warehouse import (
 )
 from sharestate.tables import bronze as bronze_rows
 from sharestate.tables import log_changes, tasks
-from sharestate.tables.runs import ingest_run_row
+from sharestate.tables.runs import ingest_run_row, log_start_row
+
+if TYPE_CHECKING:
+    from sharestate.cluster.kafka_plan import KafkaPlan
 
 
 def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
@@ -52,21 +56,32 @@ def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
     report = RunReport("ingest", run_id)
     live = [s for s in sources if s.startswith(KAFKA_SCHEME)]
     files = [s for s in sources if not s.startswith(KAFKA_SCHEME)]
+    starts: list[dict[str, Any]] = []
     if files:
-        splits, sizes = _segment_splits(spark, lake, warehouse, files, full)
+        segments = discover(files)
+        splits, sizes = _segment_splits(spark, lake, warehouse, segments, full)
         if splits is not None:
             _write_bronze(spark, lake, warehouse, splits,
                           partial(tasks.ingest_splits, run_id=run_id, silver=silver,
                                   limits=limits), sizes,
                           {"run": run_id, "note": None, "executors": executors}, report,
                           silver, _segment_sources(sizes))
+        read_at = int(time.time() * 1000)
+        starts.extend(log_start_row(run_id, str(root), where, offset, read_at)
+                      for where, (root, offset) in sorted(checkpointed_starts(segments).items()))
     for uri in live:
-        raw, visibility = _kafka_raw(spark, lake, warehouse, uri, full, kafka_options or {})
+        raw, plan = _kafka_raw(spark, lake, warehouse, uri, full, kafka_options or {})
         _write_bronze(spark, lake, warehouse, raw,
                       partial(tasks.ingest_consumed, run_id=run_id, source=uri, silver=silver,
                               limits=limits),
-                      {}, {"run": run_id, "note": visibility, "executors": executors}, report,
-                      silver, uri)
+                      {}, {"run": run_id, "note": str(plan.metadata()["visibility"]),
+                           "executors": executors}, report, silver, uri)
+        read_at = int(time.time() * 1000)
+        starts.extend(log_start_row(run_id, uri, where, offset, read_at)
+                      for where, offset in sorted(plan.log_starts.items()))
+    if starts:  # Kafka's log starts as read: the replay reads each partition from its start
+        lake.append(rows_table(starts, "log_start_offsets"), warehouse.path("log_start_offsets"),
+                    metadata={"run": run_id, "executors": executors})
     if silver:
         report.rows.update({name: table_rows(warehouse.path(name)) for name in SILVER})
     report.seconds = time.monotonic() - started
@@ -78,13 +93,13 @@ SPLIT_BYTES = 64 << 20
 
 
 def _segment_splits(spark: SparkSession, lake: Lake, warehouse: Warehouse,
-                    sources: Sequence[str], full: bool, split_bytes: int = SPLIT_BYTES
+                    segments: Sequence[Segment], full: bool, split_bytes: int = SPLIT_BYTES
                     ) -> tuple[DataFrame | None, dict[str, tuple[int, int]]]:
     """The splits of the new or changed segments (one per file, or per byte range between
     offset-index positions for large segments), one task each."""
     seen = _ingested(lake, warehouse) if not full else {}
     todo: dict[str, tuple[int, int]] = {}
-    for segment in discover(sources):
+    for segment in segments:
         try:
             stat = segment.path.stat()
             size_and_time = (stat.st_size, int(stat.st_mtime * 1000))
@@ -122,24 +137,23 @@ def _ranges(starts: list[int]) -> list[tuple[int, int | None]]:
 
 
 def _kafka_raw(spark: SparkSession, lake: Lake, warehouse: Warehouse, uri: str, full: bool,
-               extra: dict[str, str]) -> tuple[DataFrame, str]:
-    """The live cluster's records from where the last run's chunks began, and what a
-    consumer cannot see."""
+               extra: dict[str, str]) -> tuple[DataFrame, KafkaPlan]:
+    """The live cluster's records from where the last run's chunks began, and the plan read
+    (what a consumer cannot see, each partition's log start)."""
     from dataclasses import replace
 
     from sharestate.cluster import parse_options, plan_read
-    from sharestate.cluster.kafka_plan import KafkaPlan
     from sharestate.spark.kafka_source import NAME, register
 
     options = source_options(uri, extra)
     plan = plan_read(parse_options(options))
     covered = {} if full else _covered_offsets(lake, warehouse, uri)
-    plan = KafkaPlan(plan.options, tuple(
+    plan = replace(plan, ranges=tuple(
         replace(r, start=min(r.end, max(r.start, bronze_rows.chunk_of(covered[key] + 1))))
         if (key := (r.topic, r.partition)) in covered else r for r in plan.ranges))
     register(spark)
     raw = spark.read.format(NAME).options(**options).options(**plan.offsets_options()).load()
-    return raw, str(plan.metadata()["visibility"])
+    return raw, plan
 
 
 

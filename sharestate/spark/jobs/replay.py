@@ -33,7 +33,8 @@ from sharestate.replay.logs import AsOf, past_end_line
 from sharestate.spark.jobs.warehouse import RunReport, Warehouse, one_task_each, table_rows
 from sharestate.tables import gold_pass, tasks
 from sharestate.tables.log_changes import went_back_offset
-from sharestate.tables.replay_state import resumable
+from sharestate.tables.replay_state import resumable, state_log_start
+from sharestate.tables.runs import latest_log_starts
 
 RULES = rules_of("replay")
 """The `audit_findings` rules this job owns (it replaces their partitions)."""
@@ -62,6 +63,9 @@ def _plan(spark: SparkSession, lake: Lake, warehouse: Warehouse,
 
     reads = _reads(lake, warehouse)
     read_at = reads.read_at
+    starts = latest_log_starts(
+        lake.read_arrow(warehouse.path("log_start_offsets"),
+                        ["topic", "partition", "log_start_offset", "finished_at"]).to_pylist())
     files = lake.active_files(warehouse.path("log_records"))
     whole = {name: Target(warehouse.path(name), [{}], last=name == "replay_state")
              for name in REPLAY_TABLES}
@@ -79,7 +83,8 @@ def _plan(spark: SparkSession, lake: Lake, warehouse: Warehouse,
         ).sortWithinPartitions("topic", "partition", "offset")
         whole["audit_findings"] = Target(warehouse.path("audit_findings"),
                                          [{"rule": rule} for rule in RULES])
-        return Plan(ordered, partial(tasks.replay_rows, options=options), whole)
+        return Plan(ordered, partial(tasks.replay_rows, options=options, log_starts=starts),
+                    whole)
     by_partition: dict[tuple[str, int], list[ActiveFile]] = {}
     for f in files:
         if f.records:
@@ -112,18 +117,21 @@ def _plan(spark: SparkSession, lake: Lake, warehouse: Warehouse,
                 audit.append({**here, "offset": (">", above)})
                 dropped.append({"state_partition": ("=", partition),
                                 "record_offset": (">", above)})
+        start = starts.get(topic, {}).get(partition)
+        since = None if state is None else state_log_start(state["state"])
+        moved = start is not None and since is not None and start > since
         files_read = []
         for f in group:
             segment = int(f.partition_values["segment"])
             at = read_at.get((topic, partition, segment), 0)
-            last = f.max_values.get("offset", 1 << 62)
-            if above is None or last > above:
-                files_read.append({"uri": f.uri, "segment": segment,
-                                   "first_offset": f.min_values.get("offset", -1),
+            first, last = f.min_values.get("offset", -1), f.max_values.get("offset", 1 << 62)
+            # the state's log start moved: the files from it to the new one say what went
+            if above is None or last > above or (moved and last >= since and first < start):
+                files_read.append({"uri": f.uri, "segment": segment, "first_offset": first,
                                    "last_offset": last, "read_at": at,
                                    "below": reads.below(topic, partition, at)})
         work.append((topic, partition, files_read, None if state is None else state["state"],
-                     above))
+                     above, start))
     targets = {**whole, REPLAY_TABLES[0]: Target(warehouse.path(REPLAY_TABLES[0]), replaced,
                                                  drop=dropped, appends=True),
                "audit_findings": Target(warehouse.path("audit_findings"),
