@@ -35,14 +35,15 @@ from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_P
 from sharestate.log import DEFAULT_LIMITS, LogFinding, ReadLimits, Segment, discover
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.replay.group_log import GroupLogResult, GroupReplay, replay_group_log
-from sharestate.replay.logs import AsOf, PartitionLog, parse_time, partition_logs
+from sharestate.replay.logs import AsOf, PartitionLog, loose_logs, parse_time, partition_logs
 from sharestate.replay.prune import prune_recommendation
 from sharestate.replay.rows import offset_rows
 from sharestate.replay.share_log import ShareLogResult, ShareReplay, replay_share_log
 from sharestate.replay.snapshot import Snapshot
 from sharestate.tables.gold import state_batch
+from sharestate.tables.loose_partitions import loose_partitions
 from sharestate.tables.spec import table
-from sharestate.tables.tasks import ingest_splits
+from sharestate.tables.tasks import SPLITS, ingest_splits
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -209,14 +210,16 @@ def consumer_group_offsets(sources: Sources, *, as_of_offset: int | None = None,
 def read_log(sources: Sources, *, limits: ReadLimits = DEFAULT_LIMITS,
              run_id: str = "api") -> LogTables:
     """Every record of the sources' segments (`log_records`), what could not be read
-    (`decode_errors`), and the decoded records (`share_state_records`, `group_records`).
-    Holds the whole input in memory: for large logs, run the pipeline."""
-    paths = [str(segment.path) for segment in _segments(sources)]
-    splits = pa.RecordBatch.from_pydict({"path": paths, "start": [0] * len(paths),
-                                         "end": [None] * len(paths)},
-                                        schema=pa.schema([("path", pa.string()),
-                                                          ("start", pa.int64()),
-                                                          ("end", pa.int64())]))
+    (`decode_errors`), and the decoded records (`share_state_records`, `group_records`), a
+    log that names no partition numbered as a fresh pipeline run numbers it
+    (`loose_partitions`). Holds the whole input in memory: for large logs, run the
+    pipeline."""
+    segments = _segments(sources)
+    paths = [str(segment.path) for segment in segments]
+    numbers = loose_partitions(loose_logs(segments), {})
+    splits = pa.RecordBatch.from_pydict(
+        {"path": paths, "start": [0] * len(paths), "end": [None] * len(paths),
+         "partition": [numbers.get(path, (None, None))[1] for path in paths]}, schema=SPLITS)
     found: dict[str, list[pa.RecordBatch]] = {name: [] for name in LogTables._fields}
     for name, rows in ingest_splits(iter([splits]), run_id, silver=True, limits=limits):
         found[name].append(rows)

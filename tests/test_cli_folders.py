@@ -5,6 +5,7 @@ them, taking the topic from the records and saying what it assumed (they crashed
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -168,7 +169,9 @@ def test_the_pipeline_reads_every_folder_shape(spark: object, tmp_path: Path,
     """`run --source` lists sources with the same function as the commands: every record of
     a backup folder, a Kafka-named folder, nested folders, a `.log.gz` and a folder past
     int32 (which stopped the run with exit 70) is in bronze, and stderr says how each
-    ambiguous folder was read; of a partition's copies on two brokers, the leader's only."""
+    ambiguous folder was read; of a partition's copies on two brokers, the leader's only.
+    Each log that names no partition is replayed apart (they were one partition -1: their
+    states mixed, and a run that read one again dropped the others' rows from bronze)."""
     from sharestate.lake import open_lake
     from sharestate.spark.run import parser, run
 
@@ -184,27 +187,39 @@ def test_the_pipeline_reads_every_folder_shape(spark: object, tmp_path: Path,
     follower = tree / f"cluster/b1/__share_group_state-5/{SEGMENT}"
     follower.parent.mkdir(parents=True)
     follower.write_bytes(leader.read_bytes()[:layout(leader.read_bytes())[9].position])
-    expected = {}
-    for path in (*files, leader):
+    # each log that names no partition is a partition of its own, numbered down from -1
+    # per topic in the order of their paths; the copies of partition 5 are one log
+    numbers = {files[2]: -1, files[1]: -2, files[0]: -3, files[3]: -4, files[4]: -1,
+               leader: 5}
+    expected, states = {}, {}
+    for path, partition in numbers.items():
         _, rows, _ = _run(capsys, "decode", str(path))
-        expected[str(path)] = len(rows)
+        expected[str(path)] = (partition, len(rows))
+        if path != files[4]:
+            _, rows, _ = _run(capsys, "state", str(path))
+            states[partition] = len(rows)
+    lake = open_lake(spark)
     warehouse = tmp_path / "wh"
-    status = run(parser().parse_args(["--source", str(tree), "--warehouse", str(warehouse)]))
-    err = capsys.readouterr().err
-    assert status in (exit_codes.OK, exit_codes.FINDINGS), err
-    bronze = open_lake(spark).read(warehouse / "log_records").groupBy("source", "partition") \
-        .count().collect()  # type: ignore[attr-defined]
-    assert {row["source"]: row["count"] for row in bronze} == expected
-    assert {row["partition"] for row in bronze} == {-1, 5}
+    for touched in (None, files[0]):  # a loose log read again loses no other log's rows
+        if touched is not None:
+            os.utime(touched, (touched.stat().st_atime, touched.stat().st_mtime + 60))
+        status = run(parser().parse_args(["--source", str(tree),
+                                          "--warehouse", str(warehouse)]))
+        err = capsys.readouterr().err
+        assert status in (exit_codes.OK, exit_codes.FINDINGS), err
+        bronze = lake.read(warehouse / "log_records").groupBy("source", "partition") \
+            .count().collect()  # type: ignore[attr-defined]
+        assert {r["source"]: (r["partition"], r["count"]) for r in bronze} == expected
+        state = lake.read(warehouse / "share_partition_state").groupBy("state_partition") \
+            .count().collect()  # type: ignore[attr-defined]
+        assert {r["state_partition"]: r["count"] for r in state} == states
+        assert ("__share_group_state: 4 logs name no partition; the tables know them as "
+                f"partition -1 ({files[2]}), partition -2 ({files[1]}), partition -3 "
+                f"({files[0]}), partition -4 ({files[3]})") in err
     assert f"__share_group_state-5: 2 copies (replicas of several brokers?); read {leader.parent}" \
         in err  # the follower's copy is not read: its records are the leader's
     assert f"{tree / BACKUP}: folder '{BACKUP}' is not <topic>-<partition>" in err
     assert f"folder '{past}' names partition {2**31}, past Kafka's largest" in err
-    # four logs of the state topic name no partition: the replay mixes them, and says so
-    assert ("sharestate: warning: 4 logs of __share_group_state name no partition "
-            f"({tree / 'backups' / f'{0:020d}.log'}, {tree / BACKUP / 'share_tombstones.log'}, "
-            f"{tree / BACKUP / 'share_txn.log'}, ...): every record is ingested, but the "
-            "replay takes them as one partition (-1)") in err
 
 
 def test_a_folder_past_int32_names_no_partition(tmp_path: Path,
@@ -225,19 +240,18 @@ def test_a_folder_past_int32_names_no_partition(tmp_path: Path,
 
 
 def test_logs_that_name_no_partition_are_listed_per_topic(tmp_path: Path) -> None:
-    """What a Spark run would replay as one partition -1: a topic's logs that name no
-    partition, a file alone or a folder of Kafka-named segments each, and only where a
-    topic has more than one (a partition folder, or another topic's file, is no clash)."""
+    """The logs a Spark run numbers itself: a topic's logs that name no partition, a file
+    alone or a folder of Kafka-named segments each (a partition folder is not one)."""
     from sharestate.log import discover
-    from sharestate.replay.logs import unplaced_logs
+    from sharestate.replay.logs import loose_logs
 
     loose = [_copy("share_txn.log", tmp_path / "a" / "share_txn.log"),
              _copy("share_tombstones.log", tmp_path / "a" / "share_tombstones.log")]
-    _copy("share_replay_small.log", tmp_path / "a" / "kept" / f"{0:020d}.log")
-    _copy("share_update_tombstone.log", tmp_path / "a" / "kept" / f"{900:020d}.log")
-    _copy("consumer_offsets_txn.log", tmp_path / "a" / "offsets.log")
-    _copy("share_txn.log", tmp_path / "b" / "__share_group_state-3" / f"{0:020d}.log")
-    _copy("share_tombstones.log", tmp_path / "b" / "share_tombstones.log")
-    assert unplaced_logs(discover([str(tmp_path / "a")])) == {
-        "__share_group_state": sorted([tmp_path / "a" / "kept" / f"{0:020d}.log", *loose])}
-    assert unplaced_logs(discover([str(tmp_path / "b")])) == {}
+    kept = [_copy("share_replay_small.log", tmp_path / "a" / "kept" / f"{0:020d}.log"),
+            _copy("share_update_tombstone.log", tmp_path / "a" / "kept" / f"{900:020d}.log")]
+    offsets = _copy("consumer_offsets_txn.log", tmp_path / "a" / "offsets.log")
+    _copy("share_txn.log", tmp_path / "a" / "__share_group_state-3" / f"{0:020d}.log")
+    found = {topic: [[s.path for s in log] for log in logs]
+             for topic, logs in loose_logs(discover([str(tmp_path / "a")])).items()}
+    assert found == {"__share_group_state": [kept, [loose[1]], [loose[0]]],
+                     "__consumer_offsets": [[offsets]]}

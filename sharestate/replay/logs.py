@@ -266,20 +266,19 @@ def log_key(segment: Segment, topic: str) -> tuple[str, object]:
     return topic, ident
 
 
-def unplaced_logs(segments: Iterable[Segment]) -> dict[str, list[Path]]:
-    """The topics of `segments` with more than one log whose path names no partition
-    (`log_key`: a file alone, or a folder of Kafka-named segments), each log by its first
-    file. The tables know such a log as partition -1, so a Spark run replays a topic's all
-    as one log."""
-    logs: dict[str, dict[object, Path]] = {}
+def loose_logs(segments: Iterable[Segment]) -> dict[str, list[list[Segment]]]:
+    """Each topic's logs whose path names no partition (`log_key`: a file alone, or a folder
+    of Kafka-named segments), each its segments in the order given, the logs in the order
+    of their first path; segments whose topic cannot be detected are left out."""
+    logs: dict[str, dict[object, list[Segment]]] = {}
     for segment in segments:
         if segment.partition is None:
             topic = detect_segment(segment).topic
             if topic is not None:
                 _, ident = log_key(segment, topic)
-                logs.setdefault(topic, {}).setdefault(ident, segment.path)
-    return {topic: sorted(firsts.values()) for topic, firsts in logs.items()
-            if len(firsts) > 1}
+                logs.setdefault(topic, {}).setdefault(ident, []).append(segment)
+    return {topic: sorted(found.values(), key=lambda log: log[0].path)
+            for topic, found in logs.items()}
 
 
 def segment_rank(segment: Segment) -> tuple[int, str]:

@@ -38,7 +38,7 @@ from sharestate.log import (
     discover,
 )
 from sharestate.log.end_offsets import is_data_partition
-from sharestate.replay.logs import AsOf, unplaced_logs
+from sharestate.replay.logs import AsOf
 from sharestate.tables.gold_pass import GoldOptions
 
 if TYPE_CHECKING:
@@ -222,14 +222,6 @@ def _check_files(sources: Sequence[str], end_offsets_from: Sequence[str] = ()) -
     for note in dict.fromkeys(f"{segment.path.parent}: {segment.note}: partition unknown"
                               for segment in segments if segment.note):
         print(note, file=sys.stderr)
-    for topic, firsts in unplaced_logs(segments).items():
-        named = ", ".join(str(path) for path in firsts[:3]) + (", ..." if len(firsts) > 3
-                                                               else "")
-        print(f"sharestate: warning: {len(firsts)} logs of {topic} name no partition "
-              f"({named}): every record is ingested, but the replay takes them as one "
-              f"partition (-1) and mixes their states; put each in a folder "
-              f"{topic}-<partition>, as Kafka lays a log out, or read each with "
-              "`sharestate state`", file=sys.stderr)
 
 
 def _check_warehouse(warehouse: str) -> None:

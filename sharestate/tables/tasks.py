@@ -8,6 +8,7 @@ its input once whatever the number of tables. Pure pyarrow and the core; no Spar
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -55,14 +56,23 @@ def bronze_tables(staging: Iterable[bronze.Staged], silver: bool = False) -> Ite
                 names=_DECODE_ERRORS)
 
 
+SPLITS = pa.schema([("path", pa.string()), ("start", pa.int64()), ("end", pa.int64()),
+                    ("partition", pa.int32())])
+"""An ingest task: a byte range of a segment file (`end` None: to its end), and the
+partition of a loose one (`loose_partitions`; else null: its path names it)."""
+
+
 def ingest_splits(splits: Iterator[pa.RecordBatch], run_id: str, silver: bool = False,
                   limits: ReadLimits = DEFAULT_LIMITS) -> Iterator[Rows]:
-    """Read each split (rows: path, start, end) of a segment into the bronze tables (and
-    with `silver` the silver tables)."""
+    """Read each split (rows: path, start, end, partition) of a segment into the bronze
+    tables (and with `silver` the silver tables)."""
     with collector_paused():
         for batch in splits:
             for row in batch.to_pylist():
-                split = bronze.Split(segment_of(Path(row["path"])), row["start"], row["end"])
+                segment = segment_of(Path(row["path"]))
+                if row["partition"] is not None:  # a loose segment's number
+                    segment = replace(segment, partition=row["partition"])
+                split = bronze.Split(segment, row["start"], row["end"])
                 yield from bronze_tables(bronze.read_split(split, run_id, limits=limits),
                                          silver)
 

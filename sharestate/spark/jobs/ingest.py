@@ -12,7 +12,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -20,7 +19,7 @@ from sharestate.cluster.kafka_options import KAFKA_SCHEME, source_options
 from sharestate.lake import ActiveFile, Lake, Produce, Target, open_lake
 from sharestate.log import DEFAULT_LIMITS, ReadLimits, Segment, discover, segment_of
 from sharestate.log.index import split_points
-from sharestate.replay.logs import checkpointed_starts
+from sharestate.replay.logs import checkpointed_starts, loose_logs
 from sharestate.spark.jobs.warehouse import (
     SILVER,
     RunReport,
@@ -31,6 +30,7 @@ from sharestate.spark.jobs.warehouse import (
 )
 from sharestate.tables import bronze as bronze_rows
 from sharestate.tables import log_changes, tasks
+from sharestate.tables.loose_partitions import loose_partitions
 from sharestate.tables.runs import ingest_run_row, log_start_row
 
 if TYPE_CHECKING:
@@ -59,13 +59,14 @@ def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
     starts: list[dict[str, Any]] = []
     if files:
         segments = discover(files)
-        splits, sizes = _segment_splits(spark, lake, warehouse, segments, full)
+        splits, sizes, numbers = _segment_splits(spark, lake, warehouse, segments, full,
+                                                 report)
         if splits is not None:
             _write_bronze(spark, lake, warehouse, splits,
                           partial(tasks.ingest_splits, run_id=run_id, silver=silver,
                                   limits=limits), sizes,
                           {"run": run_id, "note": None, "executors": executors}, report,
-                          silver, _segment_sources(sizes))
+                          silver, _segment_sources(sizes, numbers))
         read_at = int(time.time() * 1000)
         starts.extend(log_start_row(run_id, str(root), where, offset, read_at)
                       for where, (root, offset) in sorted(checkpointed_starts(segments).items()))
@@ -93,43 +94,66 @@ SPLIT_BYTES = 64 << 20
 
 
 def _segment_splits(spark: SparkSession, lake: Lake, warehouse: Warehouse,
-                    segments: Sequence[Segment], full: bool, split_bytes: int = SPLIT_BYTES
-                    ) -> tuple[DataFrame | None, dict[str, tuple[int, int]]]:
+                    segments: Sequence[Segment], full: bool, report: RunReport,
+                    split_bytes: int = SPLIT_BYTES
+                    ) -> tuple[DataFrame | None, dict[str, tuple[int, int]], Numbers]:
     """The splits of the new or changed segments (one per file, or per byte range between
-    offset-index positions for large segments), one task each."""
-    seen = _ingested(lake, warehouse) if not full else {}
+    offset-index positions for large segments), one task each; what they read; and the
+    topic and partition of each loose segment (`loose_partitions`)."""
+    ingested = _ingested(lake, warehouse)
+    seen = {} if full else {path: size for path, (size, _) in ingested.items()}
+    numbers = loose_partitions(loose_logs(segments), {
+        path: place for path, (_, place) in ingested.items() if place[1] < 0})
+    moved = {numbers[path][0] for path, (_, place) in ingested.items()
+             if path in numbers and numbers[path] != place}
     todo: dict[str, tuple[int, int]] = {}
     for segment in segments:
+        path = str(segment.path)
         try:
             stat = segment.path.stat()
             size_and_time = (stat.st_size, int(stat.st_mtime * 1000))
         except OSError:  # read anyway: its task reports why it cannot be read
             size_and_time = (-1, -1)
-        if seen.get(str(segment.path)) != size_and_time:
-            todo[str(segment.path)] = size_and_time
+        if seen.get(path) != size_and_time or (path in numbers and numbers[path][0] in moved):
+            todo[path] = size_and_time
+    for topic, logs in _numbered(numbers).items():
+        if len(logs) > 1:
+            report.notes.append(f"{topic}: {len(logs)} logs name no partition; the tables "
+                                "know them as " + ", ".join(
+                                    f"partition {p} ({path})" for p, path in sorted(
+                                        logs.items(), reverse=True)))
     if not todo:
-        return None, {}
-    ranges = [(path, start, end) for path, (size, _) in todo.items()
+        return None, {}, numbers
+    ranges = [(path, start, end, numbers.get(path, (None, None))[1])
+              for path, (size, _) in todo.items()
               for start, end in _ranges(split_points(Path(path), size, split_bytes))]
     ranges.sort(key=lambda r: (r[2] if r[2] is not None else todo[r[0]][0]) - r[1],
                 reverse=True)
-    return one_task_each(spark, ranges, SPLITS), todo
+    return one_task_each(spark, ranges, tasks.SPLITS), todo, numbers
 
 
-def _segment_sources(paths: Iterable[str]) -> dict[PartitionKey, str]:
-    """The bronze partition each segment file writes, where its path names it (a loose file,
-    or two files naming the same partition, are left out)."""
+Numbers = dict[str, tuple[str, int]]
+"""The (topic, partition) of each loose segment file (`loose_partitions`)."""
+
+
+def _numbered(numbers: Numbers) -> dict[str, dict[int, str]]:
+    """Each topic's loose logs: partition -> the first path of the log."""
+    logs: dict[str, dict[int, str]] = {}
+    for path, (topic, partition) in sorted(numbers.items()):
+        logs.setdefault(topic, {}).setdefault(partition, path)
+    return logs
+
+
+def _segment_sources(paths: Iterable[str], numbers: Numbers) -> dict[PartitionKey, str]:
+    """The bronze partition each segment file writes, where its path names it or it is
+    loose (`numbers`); two files naming the same partition are left out."""
     named: dict[PartitionKey, list[str]] = {}
     for path in paths:
         segment = segment_of(Path(path))
-        if segment.topic is not None and segment.partition is not None:
-            named.setdefault((segment.topic, segment.partition, segment.base_offset or 0),
-                             []).append(path)
+        topic, partition = numbers.get(path, (segment.topic, segment.partition))
+        if topic is not None and partition is not None:
+            named.setdefault((topic, partition, segment.base_offset or 0), []).append(path)
     return {key: found[0] for key, found in named.items() if len(found) == 1}
-
-
-SPLITS = pa.schema([("path", pa.string()), ("start", pa.int64()), ("end", pa.int64())])
-"""An ingest task: a byte range of a segment file (`end` None: to its end)."""
 
 
 def _ranges(starts: list[int]) -> list[tuple[int, int | None]]:
@@ -335,12 +359,15 @@ def _empty(lake: Lake, path: str) -> bool:
     return lake.active_files(path) == []
 
 
-def _ingested(lake: Lake, warehouse: Warehouse) -> dict[str, tuple[int, int]]:
-    """(size, modified) of each segment as the latest ingest run that read it saw it."""
+def _ingested(lake: Lake, warehouse: Warehouse
+              ) -> dict[str, tuple[tuple[int, int], tuple[str, int]]]:
+    """((size, modified), (topic, partition)) of each segment as the latest ingest run that
+    read it saw it."""
     if _empty(lake, warehouse.path("ingest_runs")):
         return {}
     runs = lake.read(warehouse.path("ingest_runs")).where(F.col("job") == "ingest")
-    latest = runs.groupBy("source").agg(F.max(F.struct("finished_at", "bytes",
-                                                         "modified_ms")).alias("last"))
-    return {row["source"]: (row["last"]["bytes"], row["last"]["modified_ms"])
+    latest = runs.groupBy("source").agg(F.max(F.struct(
+        "finished_at", "bytes", "modified_ms", "topic", "partition")).alias("last"))
+    return {row["source"]: ((row["last"]["bytes"], row["last"]["modified_ms"]),
+                            (row["last"]["topic"], row["last"]["partition"]))
             for row in latest.collect()}

@@ -253,6 +253,6 @@ def _past_end(lake: Lake, warehouse: Warehouse, as_of: AsOf) -> str | None:
             if row["offset"] is not None:
                 ends[(row["topic"], row["partition"])] = (row["offset"], row["at"])
     return past_end_line(as_of, [
-        (f"{topic}-{partition}" if partition >= 0 else f"{topic} (partition unknown)",
+        (f"{topic}-{partition}" if partition >= 0 else f"{topic} (loose log {partition})",
          offset, at) for (topic, partition), (offset, at) in sorted(ends.items())
         if topic in INTERNAL_TOPICS and as_of.beyond(offset, at)])
