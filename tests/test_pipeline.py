@@ -49,6 +49,9 @@ def run(spark: Any, source: Path, warehouse: Path, *extra: str) -> int:
 PRUNED = SHARE_FILES.index("share_replay_small")
 """The partition whose log start the root's checkpoint moved to its prune point, as Kafka's
 share coordinator prunes (the segment still holds the records below it)."""
+DAMAGED = SHARE_FILES.index("share_interleaved")
+"""The partition whose checkpointed log start lies past its log's end (a damaged line)."""
+PAST_END = 10**9
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +62,8 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     small = json.loads((conformance_dir("kafka-4.4-dev") / "share_replay_small.final_state.json")
                        .read_text("utf-8"))
     (root / "log-start-offset-checkpoint").write_text(
-        f"0\n1\n__share_group_state {PRUNED} {small['lastRedundantOffset']}\n")
+        f"0\n2\n__share_group_state {PRUNED} {small['lastRedundantOffset']}\n"
+        f"__share_group_state {DAMAGED} {PAST_END}\n")
     return root
 
 
@@ -163,11 +167,15 @@ def test_prune_recommendations_equal_sharestate_prune(spark: Any, logs: Path,
                                                       warehouse: Path) -> None:
     """Over a copy of a broker whose share coordinator pruned a partition (its checkpointed
     log start the prune point), the pipeline's rows are `sharestate prune`'s: Kafka's log
-    start, nothing below it reclaimable (it gave the first offset and the deleted records)."""
+    start, nothing below it reclaimable (it gave the first offset and the deleted records).
+    A start past a partition's log end (a damaged checkpoint line) is refused by both, the
+    partition read from its start (the pipeline skipped all of it)."""
     done = subprocess.run([sys.executable, "-m", "sharestate", "prune", str(logs),
                            "--snapshot-update-records", "5"],
                           capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode in (0, 1), done.stderr
+    assert done.returncode == 1, done.stderr
+    assert f"log_start_past_end: __share_group_state-{DAMAGED}: the log start offset " \
+        f"{PAST_END}" in done.stderr
     cli = {r["partition"]: r for r in map(json.loads, done.stdout.splitlines())}
     ours = {r["state_partition"]: {"topic": r["state_topic"], "partition": r["state_partition"],
                                    **{k: r[k] for k in PRUNE_LINE}}
@@ -175,9 +183,11 @@ def test_prune_recommendations_equal_sharestate_prune(spark: Any, logs: Path,
     assert ours == cli
     assert cli[PRUNED]["log_start_offset"] == cli[PRUNED]["prune_offset"] > 0
     assert cli[PRUNED]["reclaimable_records"] == 0
+    assert cli[DAMAGED]["log_start_offset"] == 0 and cli[DAMAGED]["prune_offset"] is not None
     assert {(r["source"], r["topic"], r["partition"], r["log_start_offset"])
             for r in rows(spark, warehouse, "log_start_offsets")} == {
-        (str(logs), "__share_group_state", PRUNED, cli[PRUNED]["log_start_offset"])}
+        (str(logs), "__share_group_state", PRUNED, cli[PRUNED]["log_start_offset"]),
+        (str(logs), "__share_group_state", DAMAGED, PAST_END)}
 
 
 def _snapshot(spark: Any, warehouse: Path) -> dict[str, list[str]]:

@@ -154,6 +154,38 @@ def test_a_log_dirs_root_is_read_from_kafkas_checkpointed_log_start(tmp_path: Pa
     assert len(state_rows(result)) == sum(p["state"] is not None for p in final["partitions"])
 
 
+def test_a_checkpointed_start_past_the_log_end_is_a_finding(tmp_path: Path) -> None:
+    """A log-start-offset-checkpoint whose start lies past the end of the partition's
+    segments is damaged (or of other segments): a log_start_past_end finding with the
+    checkpoint's line, and the segments read from their start, as if it said nothing (it
+    made every batch be skipped without a word). A start at the log end is Kafka's (every
+    record deleted): nothing is read, and nothing is found."""
+    folder = conformance_dir("kafka-4.4-dev")
+    end = json.loads((folder / "share_replay_small.final_state.json").read_text("utf-8"))[
+        "afterOffset"] + 1
+    results = {}
+    for start in (None, end, end + 1, 1 << 40):
+        root = tmp_path / f"root-{start}"
+        (root / "__share_group_state-0").mkdir(parents=True)
+        shutil.copy(folder / "share_replay_small.log",
+                    root / "__share_group_state-0" / f"{0:020d}.log")
+        if start is not None:
+            (root / "log-start-offset-checkpoint").write_text(
+                f"0\n1\n__share_group_state 0 {start}\n")
+        (log,) = partition_logs(discover([root]))[0]
+        results[start] = replay_share_log(log, snapshot_update_records_per_snapshot=5)
+    whole = results[None]
+    assert not results[end].findings and not state_rows(results[end])
+    for start in (end + 1, 1 << 40):
+        result = results[start]
+        (finding,) = result.findings
+        assert (finding.kind, finding.offset, finding.raw) == (
+            "log_start_past_end", start, f"__share_group_state 0 {start}".encode())
+        assert f"past the end of its segments (offset {end})" in finding.message
+        assert state_rows(result) == state_rows(whole)
+        assert prune_recommendation(result) == prune_recommendation(whole)
+
+
 def test_an_empty_partition_starts_and_ends_where_kafka_says(tmp_path: Path) -> None:
     """A partition directory whose segments are empty Kafka-named files: its log starts at
     the first one's base offset (or the checkpointed start, if later) and ends at the last

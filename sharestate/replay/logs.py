@@ -16,7 +16,7 @@ coordinators load it: from the batch holding that offset, the batches wholly bel
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import chain
@@ -198,18 +198,64 @@ class PartitionLog:
     def batches(self) -> Iterator[DecodedBatch | LogFinding]:
         """Every batch (or framing finding) of every segment, in log order: one offset
         order through them all (`sharestate.log.order`)."""
-        order = OffsetOrder()
-        yield from from_log_start(self.log_start_offset, chain.from_iterable(
-            decode_batches(segment, detection, limits=self.limits, order=order)
-            for segment, detection in zip(self.segments, self.detections, strict=True)))
+        def read() -> Iterator[DecodedBatch | LogFinding]:
+            order = OffsetOrder()
+            return chain.from_iterable(
+                decode_batches(segment, detection, limits=self.limits, order=order)
+                for segment, detection in zip(self.segments, self.detections, strict=True))
+
+        return self._from_log_start(read)
 
     def items(self) -> Iterator[LogItem]:
         """`batches()` with stretches of quiet batches gathered into `QuietRun`s, those the
         reader found in a row decoded as one."""
-        order = OffsetOrder()
-        return from_log_start(self.log_start_offset, quiet_runs(chain.from_iterable(
-            decode_batches(segment, detection, limits=self.limits, order=order, runs=True)
-            for segment, detection in zip(self.segments, self.detections, strict=True))))
+        def read() -> Iterator[LogItem]:
+            order = OffsetOrder()
+            return quiet_runs(chain.from_iterable(
+                decode_batches(segment, detection, limits=self.limits, order=order, runs=True)
+                for segment, detection in zip(self.segments, self.detections, strict=True)))
+
+        return self._from_log_start(read)
+
+    def _from_log_start(self, read: Callable[[], Iterable[Item]]) -> Iterator[Item]:
+        """`read()` from the log start (`from_log_start`). A start past the end of the
+        segments' last batch is no log Kafka keeps (it may start at its end: every record
+        deleted), but a damaged or mismatched checkpoint: a `log_start_past_end` finding,
+        and the segments read from their start."""
+        start = self.log_start_offset
+        end = _End()
+        kept = False
+        for item in from_log_start(start, end.track(read())):
+            kept = kept or not isinstance(item, LogFinding)
+            yield item
+        if kept or end.offset is None or start <= end.offset:
+            return
+        yield LogFinding.of(
+            LOG_START_PAST_END, f"{self.name}: the log start offset {start} a "
+            f"log-start-offset-checkpoint gives lies past the end of its segments (offset "
+            f"{end.offset}): the checkpoint is damaged or not of these segments; they are "
+            f"read from their start", 0, start, f"{self.topic} {self.partition} {start}".encode(),
+            source=str(self.segments[0].path.parent))
+        yield from (item for item in read() if not isinstance(item, LogFinding))
+
+
+LOG_START_PAST_END = "log_start_past_end"
+"""The finding of a checkpointed log start past the end of a partition's segments."""
+
+
+class _End:
+    """The end offset (last offset + 1) of the batches an iteration passed, if any."""
+
+    def __init__(self) -> None:
+        self.offset: int | None = None
+
+    def track(self, items: Iterable[Item]) -> Iterator[Item]:
+        for item in items:
+            if isinstance(item, DecodedBatch):
+                self.offset = item.header.last_offset + 1
+            elif isinstance(item, QuietRun):
+                self.offset = item.headers[-1].last_offset + 1
+            yield item
 
 
 def from_log_start(start: int, items: Iterable[Item]) -> Iterator[Item]:

@@ -275,7 +275,7 @@ class ShareReplay:
         if not records:  # a refused batch (its finding says why), or an empty one
             return entries
         if result.log_start_offset is None:
-            result.log_start_offset = max(header.base_offset, self.log_start)
+            result.log_start_offset = _log_start(header, self.log_start)
         applier = self._applier
         applier.header = header
         applier.entries = self._sink(entries)
@@ -328,7 +328,7 @@ class ShareReplay:
         result = self.result
         headers = run.headers
         if result.log_start_offset is None:
-            result.log_start_offset = max(headers[0].base_offset, self.log_start)
+            result.log_start_offset = _log_start(headers[0], self.log_start)
         context = self._context
         assert context is not None
         entries: list[HistoryEntry] = []
@@ -351,6 +351,13 @@ class ShareReplay:
         result.log_end_offset = headers[-1].last_offset + 1
         self._advance_ledger()
         return entries
+
+
+def _log_start(first: BatchHeader, known: int) -> int:
+    """Where a log read from its `first` batch starts: at Kafka's `known` log start when
+    that batch holds it, else at the batch (a start past the log's end, refused:
+    `PartitionLog`)."""
+    return max(first.base_offset, known) if first.last_offset >= known else first.base_offset
 
 
 _SIZE = attrgetter("size_in_bytes")

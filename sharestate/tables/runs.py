@@ -43,3 +43,25 @@ def latest_log_starts(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[int, 
     for (topic, partition), (_, offset) in latest.items():
         starts.setdefault(topic, {})[partition] = offset
     return starts
+
+
+def usable_log_starts(starts: Mapping[str, Mapping[int, int]], ends: Mapping[tuple[str, int], int]
+                      ) -> tuple[dict[str, dict[int, int]], list[str]]:
+    """`starts` (`latest_log_starts`) but those past the end of their partition's log in
+    bronze (`ends`: its largest offset + 1), and a line on each of these: a damaged
+    checkpoint, or one of other segments, which the replay does not trust (it reads the
+    partition from its first row, as the commands read the segments from their start)."""
+    kept: dict[str, dict[int, int]] = {}
+    refused = []
+    for topic, partitions in sorted(starts.items()):
+        for partition, start in sorted(partitions.items()):
+            end = ends.get((topic, partition))
+            if end is not None and start > end:
+                refused.append(
+                    f"{topic}-{partition}: log_start_past_end: the log start offset {start} "
+                    f"ingest read (log_start_offsets) lies past the end of its log (offset "
+                    f"{end}): a damaged log-start-offset-checkpoint, or not of these "
+                    f"segments; the partition is replayed from its first record")
+            else:
+                kept.setdefault(topic, {})[partition] = start
+    return kept, refused

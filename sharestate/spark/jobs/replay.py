@@ -34,7 +34,7 @@ from sharestate.spark.jobs.warehouse import RunReport, Warehouse, one_task_each,
 from sharestate.tables import gold_pass, tasks
 from sharestate.tables.log_changes import went_back_offset
 from sharestate.tables.replay_state import resumable, state_log_start
-from sharestate.tables.runs import latest_log_starts
+from sharestate.tables.runs import latest_log_starts, usable_log_starts
 
 RULES = rules_of("replay")
 """The `audit_findings` rules this job owns (it replaces their partitions)."""
@@ -50,6 +50,8 @@ class Plan:
     inputs: DataFrame
     produce: Produce
     targets: dict[str, Target]
+    notes: list[str]
+    """The log starts refused (`usable_log_starts`), a line each."""
 
 
 def _plan(spark: SparkSession, lake: Lake, warehouse: Warehouse,
@@ -66,6 +68,10 @@ def _plan(spark: SparkSession, lake: Lake, warehouse: Warehouse,
     starts = latest_log_starts(
         lake.read_arrow(warehouse.path("log_start_offsets"),
                         ["topic", "partition", "log_start_offset", "finished_at"]).to_pylist())
+    notes: list[str] = []
+    if starts:
+        starts, notes = usable_log_starts(starts, {
+            key: offset + 1 for key, (offset, _) in _bronze_ends(lake, warehouse).items()})
     files = lake.active_files(warehouse.path("log_records"))
     whole = {name: Target(warehouse.path(name), [{}], last=name == "replay_state")
              for name in REPLAY_TABLES}
@@ -84,7 +90,7 @@ def _plan(spark: SparkSession, lake: Lake, warehouse: Warehouse,
         whole["audit_findings"] = Target(warehouse.path("audit_findings"),
                                          [{"rule": rule} for rule in RULES])
         return Plan(ordered, partial(tasks.replay_rows, options=options, log_starts=starts),
-                    whole)
+                    whole, notes)
     by_partition: dict[tuple[str, int], list[ActiveFile]] = {}
     for f in files:
         if f.records:
@@ -138,7 +144,7 @@ def _plan(spark: SparkSession, lake: Lake, warehouse: Warehouse,
                                         [{"rule": rule} for rule in RULES]) if mixed
                else Target(warehouse.path("audit_findings"), [], drop=audit, appends=True)}
     return Plan(one_task_each(spark, work, tasks.REPLAY_TASKS),
-                partial(tasks.replay_partitions, options=options), targets)
+                partial(tasks.replay_partitions, options=options), targets, notes)
 
 
 def _mixed(files: list[ActiveFile]) -> bool:
@@ -223,18 +229,27 @@ def replay(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
     report.findings = pc.sum(pc.and_(
         pc.is_in(audit["rule"], pa.array(RULES, pa.string())),
         pc.is_in(audit["severity"], pa.array(["warning", "error"])))).as_py() or 0
-    line = _past_end(lake, warehouse, options.as_of)
+    report.notes.extend(plan.notes)
+    report.findings += len(plan.notes)
+    line = None if options.as_of.unbounded else _past_end(_bronze_ends(lake, warehouse),
+                                                          options.as_of)
     if line is not None:
         report.notes.append(line)
     report.seconds = time.monotonic() - started
     return report
 
 
-def _past_end(lake: Lake, warehouse: Warehouse, as_of: AsOf) -> str | None:
-    """The line on the internal-topic partitions whose log ends before the stop point, from
-    bronze's largest offset and time per partition (its files' statistics, else a query)."""
-    if as_of.unbounded:
-        return None
+def _past_end(ends: dict[tuple[str, int], tuple[int, int | None]], as_of: AsOf) -> str | None:
+    """The line on the internal-topic partitions whose log ends before the stop point."""
+    return past_end_line(as_of, [
+        (f"{topic}-{partition}" if partition >= 0 else f"{topic} (loose log {partition})",
+         offset, at) for (topic, partition), (offset, at) in sorted(ends.items())
+        if topic in INTERNAL_TOPICS and as_of.beyond(offset, at)])
+
+
+def _bronze_ends(lake: Lake, warehouse: Warehouse) -> dict[tuple[str, int], tuple[int, int | None]]:
+    """Bronze's largest offset and time per partition (its files' statistics, else a
+    query)."""
     path = warehouse.path("log_records")
     files = lake.active_files(path)
     ends: dict[tuple[str, int], tuple[int, int | None]] = {}
@@ -252,7 +267,4 @@ def _past_end(lake: Lake, warehouse: Warehouse, as_of: AsOf) -> str | None:
                 F.max("offset").alias("offset"), F.max("timestamp").alias("at")).collect():
             if row["offset"] is not None:
                 ends[(row["topic"], row["partition"])] = (row["offset"], row["at"])
-    return past_end_line(as_of, [
-        (f"{topic}-{partition}" if partition >= 0 else f"{topic} (loose log {partition})",
-         offset, at) for (topic, partition), (offset, at) in sorted(ends.items())
-        if topic in INTERNAL_TOPICS and as_of.beyond(offset, at)])
+    return ends
