@@ -5,6 +5,7 @@ the replica that reaches furthest (they were all read, every batch after the fir
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,34 @@ def test_the_copy_read_keeps_the_latest_log_start_any_copy_checkpointed(
         assert f"; log start {start} as {cluster / 'broker-2'} checkpointed it" in err
     (row,) = [json.loads(line) for line in _run(capsys, "prune", str(cluster))[1].splitlines()]
     assert row["log_start_offset"] == start
+
+
+@pytest.mark.parametrize("epoch_from", ["checkpoint", "last batch"])
+def test_a_copy_reaching_further_at_an_older_leader_epoch_is_not_read(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], log: bytes, epoch_from: str) -> None:
+    """A leader killed with records its followers had not fetched: the new leader's epoch
+    starts at its own end and Kafka truncates the old leader's copy to it, so the copy that
+    knows the newer epoch is read, not the one reaching further (a 3-broker 4.3.1 cluster:
+    three consumer groups' offsets one commit ahead of kafka-consumer-groups)."""
+    spans = layout(log)
+    top = max(struct.unpack_from(">i", log, span.position + 12)[0] for span in spans)
+    cut = spans[-3]  # the new leader's log ends before the old one's last two batches
+    new = bytearray(log[:cut.position + cut.size])
+    if epoch_from == "last batch":  # partitionLeaderEpoch, which the CRC does not cover
+        struct.pack_into(">i", new, cut.position + 12, top + 1)
+    cluster = tmp_path / "cluster"
+    old_leader = _replica(cluster, "broker-1", log)
+    leader = _replica(cluster, "broker-2", bytes(new))
+    alone = _replica(tmp_path, "one", bytes(new))
+    if epoch_from == "checkpoint":
+        (old_leader / "leader-epoch-checkpoint").write_text(f"0\n1\n{top} 0\n")
+        (leader / "leader-epoch-checkpoint").write_text(
+            f"0\n2\n{top} 0\n{top + 1} {cut.last_offset + 1}\n")
+
+    for command in ("state", "prune", "decode"):
+        status, out, err = _run(capsys, command, str(cluster))
+        assert (status, out.replace(str(leader), str(alone))) == _run(
+            capsys, command, str(alone))[:2], err
+        assert (f"read {leader} (last offset {cut.last_offset}), not {old_leader} "
+                f"({spans[-1].last_offset}); {old_leader} reaches further at an older leader "
+                f"epoch than {top + 1} (records Kafka truncates)") in err
