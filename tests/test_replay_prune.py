@@ -188,19 +188,26 @@ def test_a_checkpointed_start_past_the_log_end_is_a_finding(tmp_path: Path) -> N
 
 def test_an_empty_partition_starts_and_ends_where_kafka_says(tmp_path: Path) -> None:
     """A partition directory whose segments are empty Kafka-named files: its log starts at
-    the first one's base offset (or the checkpointed start, if later) and ends at the last
-    one's, as ListOffsets answers, not unknown; an empty file of another name says nothing."""
+    the first one's base offset (or the checkpointed start, if later and not past the end:
+    then a log_start_past_end finding) and ends at the last one's, as ListOffsets answers,
+    not unknown; an empty file of another name says nothing."""
     root = tmp_path / "root"
-    for partition, bases in ((0, [0]), (1, [40, 75]), (2, [40])):
+    for partition, bases in ((0, [0]), (1, [40, 75]), (2, [40]), (3, [40, 75])):
         for base in bases:
             folder = root / f"__share_group_state-{partition}"
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"{base:020d}.log").write_bytes(b"")
-    (root / "log-start-offset-checkpoint").write_text("0\n1\n__share_group_state 1 60\n")
+    (root / "log-start-offset-checkpoint").write_text(
+        "0\n2\n__share_group_state 1 60\n__share_group_state 3 90\n")
     (tmp_path / "empty.log").write_bytes(b"")
     logs, _ = partition_logs(discover([root, tmp_path / "empty.log"]),
                              topic="__share_group_state")
-    spans = {log.partition: (row["log_start_offset"], row["log_end_offset"], row["prune_offset"])
-             for log in logs for row in [prune_recommendation(replay_share_log(log))]}
+    results = {log.partition: replay_share_log(log) for log in logs}
+    spans = {partition: (row["log_start_offset"], row["log_end_offset"], row["prune_offset"])
+             for partition, result in results.items()
+             for row in [prune_recommendation(result)]}
+    # partition 3's checkpointed start lies past its end: refused, as over records
     assert spans == {0: (0, 0, None), 1: (60, 75, None), 2: (40, 40, None),
-                     None: (None, None, None)}
+                     3: (40, 75, None), None: (None, None, None)}
+    assert {p: [(f.kind, f.offset) for f in r.findings] for p, r in results.items()} == {
+        0: [], 1: [], 2: [], 3: [("log_start_past_end", 90)], None: []}

@@ -184,8 +184,8 @@ class PartitionLog:
     @property
     def empty_span(self) -> tuple[int, int] | None:
         """When every segment is an empty Kafka-named file: Kafka's log start (the first
-        segment's base offset, or the checkpointed start if later) and end (the last one's
-        base offset, the offset its first batch would take)."""
+        segment's base offset, or the checkpointed start if later and not past the end) and
+        end (the last one's base offset, the offset its first batch would take)."""
         try:
             if not self.segments or any(s.base_offset is None or s.gzipped
                                         or s.path.stat().st_size for s in self.segments):
@@ -193,7 +193,8 @@ class PartitionLog:
         except OSError:
             return None
         bases = [s.base_offset or 0 for s in self.segments]
-        return min(max(bases[0], self.log_start_offset), bases[-1]), bases[-1]
+        start = max(bases[0], self.log_start_offset)
+        return (start if start <= bases[-1] else bases[0]), bases[-1]
 
     def batches(self) -> Iterator[DecodedBatch | LogFinding]:
         """Every batch (or framing finding) of every segment, in log order: one offset
@@ -228,6 +229,8 @@ class PartitionLog:
         for item in from_log_start(start, end.track(read())):
             kept = kept or not isinstance(item, LogFinding)
             yield item
+        if end.offset is None and (span := self.empty_span) is not None:
+            end.offset = span[1]
         if kept or end.offset is None or start <= end.offset:
             return
         yield LogFinding.of(
