@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import Producer
 from conftest import conformance_dir
 
+from sharestate.cluster import parse_options, plan_read
 from sharestate.lake import open_lake
 from sharestate.log import Batch, read_batches
 from sharestate.records.spec import snake_case
@@ -74,3 +75,39 @@ def test_live_source_replays_like_the_segment(bootstrap: str, tmp_path: Path) ->
                      "--snapshot-update-records", "5", "--conf", "spark.ui.enabled=false"])
     assert again == 1
     assert lake.read(str(warehouse / "log_records")).count() == 601
+
+
+@pytest.fixture(scope="module")
+def groups_only() -> Iterator[str]:
+    """A cluster where groups were used and share groups never: it has `__consumer_offsets`
+    (one record) and no `__share_group_state` (Kafka creates it on first use)."""
+    cluster = Producer({"test.mock.num.brokers": 1})
+    brokers = cluster.list_topics(timeout=10).brokers.values()
+    address = ",".join(f"{b.host}:{b.port}" for b in brokers)
+    producer = Producer({"bootstrap.servers": address})
+    producer.produce("__consumer_offsets", key=b"\x00\x63", value=None, partition=0)
+    assert producer.flush(30) == 0
+    producer.close()
+    yield address
+    del cluster
+
+
+def test_a_topic_the_cluster_does_not_have_is_read_as_empty(groups_only: str) -> None:
+    plan = plan_read(parse_options({"bootstrap.servers": groups_only}))
+    assert plan.absent_topics == ("__share_group_state",)
+    assert {r.topic for r in plan.ranges} == {"__consumer_offsets"}
+    assert [(r.partition, r.start, r.end) for r in plan.ranges if r.end] == [(0, 0, 1)]
+
+
+def test_run_reads_a_cluster_without_share_state(groups_only: str, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Kafka 4.1's default (share groups off) and any cluster before its first share group:
+    the run reads `__consumer_offsets` and says there was no share state (it stopped with
+    an internal error, exit 70)."""
+    args = ["--source", f"kafka://{groups_only}", "--warehouse", str(tmp_path / "wh"),
+            "--conf", "spark.ui.enabled=false"]
+    assert run_all(args) == 1  # the unknown record type is a finding
+    assert (f"kafka://{groups_only}: topic __share_group_state is not in the cluster"
+            in capsys.readouterr().err)
+    lake = open_lake(build_session("test-live", ui=False))
+    assert lake.read(str(tmp_path / "wh" / "log_records")).count() == 1

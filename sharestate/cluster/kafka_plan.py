@@ -4,7 +4,8 @@
 low and high watermark — with `read_committed` the high one is the last stable offset — and
 resolves `startingOffsets`/`endingOffsets` against them. A requested start before the low
 watermark (records already deleted) or an end past the high one is an error, never a silent
-clamp. `KafkaPlan.splits` cuts the ranges into pieces of at most `maxOffsetsPerSplit`
+clamp; a topic the cluster does not have yet is read as empty (`KafkaPlan.absent_topics`).
+`KafkaPlan.splits` cuts the ranges into pieces of at most `maxOffsetsPerSplit`
 offsets, one Spark partition each. A pipeline plans on the driver, passes
 `plan.offsets_options()` to the Spark source so it reads exactly those ranges, and stores
 `plan.metadata()` with its commit.
@@ -87,16 +88,20 @@ def cluster_watermarks(options: KafkaReadOptions, topics: tuple[str, ...]
                        ) -> tuple[str, dict[tuple[str, int], tuple[int, int]]]:
     """The cluster's id and the (low, high) watermarks of every partition of those of
     `topics` the cluster has (with `read_committed` the high one is the last stable
-    offset), read with an `admin_client`."""
+    offset), read with an `admin_client`. A topic the cluster lists with an error (no leader
+    yet) raises, as a `source_error`."""
     admin = admin_client(options)
     timeout = options.timeout_ms / 1000
     level = (IsolationLevel.READ_COMMITTED if options.isolation_level == "read_committed"
              else IsolationLevel.READ_UNCOMMITTED)
     try:
         metadata = admin.list_topics(timeout=timeout)
+        for topic in topics:
+            if (found := metadata.topics.get(topic)) is not None and found.error is not None:
+                raise KafkaException(found.error)
         partitions = [TopicPartition(topic, partition) for topic in topics
                       if (found := metadata.topics.get(topic)) is not None
-                      and found.error is None for partition in sorted(found.partitions)]
+                      for partition in sorted(found.partitions)]
         offsets = {}
         for name, spec in (("low", FIRST_OFFSET), ("high", NEXT_OFFSET)):
             if partitions:
@@ -171,6 +176,10 @@ class KafkaPlan:
     log_starts: Mapping[tuple[str, int], int] = field(default_factory=dict)
     """Each partition's low watermark when planned: Kafka's log start offset (ListOffsets
     earliest)."""
+    absent_topics: tuple[str, ...] = ()
+    """Topics read that the cluster does not have: nothing to read. Kafka creates
+    `__share_group_state` when a share group is first used and `__consumer_offsets` when a
+    group first looks up its coordinator; until then a cluster has neither."""
 
     @property
     def splits(self) -> list[OffsetRange]:
@@ -194,7 +203,8 @@ class KafkaPlan:
                 "isolation.level": self.options.isolation_level,
                 "visibility": CONSUMER_VISIBILITY,
                 "ranges": [{"topic": r.topic, "partition": r.partition, "start": r.start,
-                            "end": r.end} for r in self.ranges]}
+                            "end": r.end} for r in self.ranges],
+                "absent_topics": list(self.absent_topics)}
 
 
 def parse_offsets(spec: str, name: str) -> dict[str, dict[int, int]] | int:
@@ -242,17 +252,6 @@ def resolve_ranges(watermarks: Mapping[tuple[str, int], tuple[int, int]],
     return ranges
 
 
-def fetch_watermarks(options: KafkaReadOptions) -> dict[tuple[str, int], tuple[int, int]]:
-    """(low, high) watermarks of every partition of the topics read (each must exist)."""
-    _, watermarks = cluster_watermarks(options, options.topics)
-    for topic in options.topics:
-        if not any(name == topic for name, _ in watermarks):
-            raise KafkaSourceError(options.redact(
-                f"topic {topic}: not in the cluster at {options.bootstrap_servers} (or it "
-                f"has no leader yet)"))
-    return watermarks
-
-
 def fetch_topic_ends(options: KafkaReadOptions) -> dict[tuple[str, int], int]:
     """End offset (high watermark: the next offset to be produced, as Kafka's share-group
     lag takes it) of every partition of every user topic of the cluster, keyed by (name,
@@ -293,6 +292,8 @@ def plan_read(options: KafkaReadOptions) -> KafkaPlan:
     """Plan the ranges `options` ask for, against the cluster's current watermarks."""
     starting = parse_offsets(options.starting_offsets, "startingOffsets")
     ending = parse_offsets(options.ending_offsets, "endingOffsets")
-    watermarks = fetch_watermarks(options)
+    _, watermarks = cluster_watermarks(options, options.topics)
+    absent = tuple(topic for topic in options.topics
+                   if not any(name == topic for name, _ in watermarks))
     return KafkaPlan(options, tuple(resolve_ranges(watermarks, starting, ending)),
-                     {where: low for where, (low, _) in watermarks.items()})
+                     {where: low for where, (low, _) in watermarks.items()}, absent)

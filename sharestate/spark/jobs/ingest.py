@@ -72,6 +72,8 @@ def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
                       for where, (root, offset) in sorted(checkpointed_starts(segments).items()))
     for uri in live:
         raw, plan = _kafka_raw(spark, lake, warehouse, uri, full, kafka_options or {})
+        report.notes.extend(f"{uri}: topic {topic} is not in the cluster (Kafka creates it "
+                            f"when first used): nothing to read" for topic in plan.absent_topics)
         _write_bronze(spark, lake, warehouse, raw,
                       partial(tasks.ingest_consumed, run_id=run_id, source=uri, silver=silver,
                               limits=limits),
