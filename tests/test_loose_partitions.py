@@ -3,8 +3,14 @@ topic in path order, and each kept from run to run whatever is added or removed.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
+from conftest import conformance_dir
+
+from sharestate import api
+from sharestate.app.cli import main
 from sharestate.log import Segment
 from sharestate.tables.loose_partitions import loose_partitions
 
@@ -63,12 +69,10 @@ def test_another_topics_numbers_do_not_count() -> None:
     assert _numbers({STATE: [_log("y.log")]}, known) == {"/data/y.log": (STATE, -1)}
 
 
-def test_read_log_numbers_loose_logs_as_a_fresh_run_does(tmp_path: Path) -> None:
-    """(Both files' records were partition -1, one log to whoever grouped them.)"""
-    from conftest import conformance_dir
-
-    from sharestate import api
-
+def test_the_commands_and_read_log_number_loose_logs_as_a_fresh_run_does(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """(Every loose log was partition -1 in `state`, null in `prune`, and both files'
+    records -1 in `read_log`: two logs' share-partitions could not be told apart.)"""
     fixtures = conformance_dir("kafka-4.4-dev")
     for name in ("share_txn", "share_tombstones"):
         (tmp_path / f"{name}.log").write_bytes((fixtures / f"{name}.log").read_bytes())
@@ -76,3 +80,11 @@ def test_read_log_numbers_loose_logs_as_a_fresh_run_does(tmp_path: Path) -> None
     found = records.group_by(["source", "partition"]).aggregate([]).to_pylist()
     assert sorted((Path(r["source"]).name, r["partition"]) for r in found) == [
         ("share_tombstones.log", -1), ("share_txn.log", -2)]
+    for number, name in ((-1, "share_tombstones"), (-2, "share_txn")):
+        for command, field in (("state", "state_partition"), ("prune", "partition")):
+            main([command, str(tmp_path)])
+            together = capsys.readouterr().out.splitlines()
+            main([command, str(tmp_path / f"{name}.log")])
+            alone = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+            assert alone and [{**row, field: number} for row in alone] == [
+                row for row in map(json.loads, together) if row[field] == number]

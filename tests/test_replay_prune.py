@@ -208,6 +208,6 @@ def test_an_empty_partition_starts_and_ends_where_kafka_says(tmp_path: Path) -> 
              for row in [prune_recommendation(result)]}
     # partition 3's checkpointed start lies past its end: refused, as over records
     assert spans == {0: (0, 0, None), 1: (60, 75, None), 2: (40, 40, None),
-                     3: (40, 75, None), None: (None, None, None)}
+                     3: (40, 75, None), -1: (None, None, None)}
     assert {p: [(f.kind, f.offset) for f in r.findings] for p, r in results.items()} == {
-        0: [], 1: [], 2: [], 3: [("log_start_past_end", 90)], None: []}
+        0: [], 1: [], 2: [], 3: [("log_start_past_end", 90)], -1: []}

@@ -165,6 +165,7 @@ class PartitionLog:
 
     topic: str
     partition: int | None
+    """None until `partition_logs` numbers a log whose path names no partition (below 0)."""
     segments: list[Segment] = field(default_factory=list)
     detections: list[Detection] = field(default_factory=list)
     limits: ReadLimits = DEFAULT_LIMITS
@@ -173,7 +174,7 @@ class PartitionLog:
 
     @property
     def name(self) -> str:
-        if self.partition is not None:
+        if self.partition is not None and self.partition >= 0:
             return f"{self.topic}-{self.partition}"
         return f"{self.topic}:{self.segments[0].path}"
 
@@ -339,7 +340,8 @@ def partition_logs(segments: list[Segment], *, dialect: str | None = None,
                    topic: str | None = None, limits: ReadLimits = DEFAULT_LIMITS
                    ) -> tuple[list[PartitionLog], list[LogFinding]]:
     """Group `segments` into partition logs; detect each segment's topic and dialect. Also
-    the findings of the segments whose topic is unknown (they belong to no log)."""
+    the findings of the segments whose topic is unknown (they belong to no log). A log whose
+    path names no partition is numbered below 0: a topic's first by path -1, the next -2."""
     logs: dict[tuple[str, object], PartitionLog] = {}
     unknown: list[LogFinding] = []
     roots: dict[Path, dict[tuple[str, int], int]] = {}
@@ -363,5 +365,9 @@ def partition_logs(segments: list[Segment], *, dialect: str | None = None,
         order = sorted(range(len(log.segments)), key=lambda i: segment_rank(log.segments[i]))
         log.segments = [log.segments[i] for i in order]
         log.detections = [log.detections[i] for i in order]
-    return sorted(logs.values(), key=lambda lg: (lg.topic, lg.partition is None,
-                                                 lg.partition or 0, lg.name)), unknown
+    lowest: dict[str, int] = {}  # numbered as a fresh Spark run numbers them (`loose_partitions`)
+    for loose in sorted((lg for lg in logs.values() if lg.partition is None),
+                        key=lambda lg: (lg.topic, lg.segments[0].path)):
+        lowest[loose.topic] = loose.partition = lowest.get(loose.topic, 0) - 1
+    return sorted(logs.values(), key=lambda lg: (lg.topic, (lg.partition or 0) < 0,
+                                                 abs(lg.partition or 0), lg.name)), unknown
