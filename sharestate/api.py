@@ -36,12 +36,12 @@ from sharestate.log import DEFAULT_LIMITS, LogFinding, ReadLimits, Segment, disc
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.replay.group_log import GroupLogResult, GroupReplay, replay_group_log
 from sharestate.replay.logs import AsOf, PartitionLog, loose_logs, parse_time, partition_logs
+from sharestate.replay.loose_partitions import loose_partitions
 from sharestate.replay.prune import prune_recommendation
 from sharestate.replay.rows import offset_rows
 from sharestate.replay.share_log import ShareLogResult, ShareReplay, replay_share_log
 from sharestate.replay.snapshot import Snapshot
 from sharestate.tables.gold import state_batch
-from sharestate.tables.loose_partitions import loose_partitions
 from sharestate.tables.spec import table
 from sharestate.tables.tasks import SPLITS, ingest_splits
 

@@ -12,7 +12,7 @@ from conftest import conformance_dir
 from sharestate import api
 from sharestate.app.cli import main
 from sharestate.log import Segment
-from sharestate.tables.loose_partitions import loose_partitions
+from sharestate.replay.loose_partitions import loose_partitions
 
 STATE, OFFSETS = "__share_group_state", "__consumer_offsets"
 

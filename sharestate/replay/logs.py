@@ -37,6 +37,7 @@ from sharestate.records.segment import (
     quiet_runs,
     segment_batches,
 )
+from sharestate.replay.loose_partitions import loose_partitions
 
 
 @dataclass(frozen=True)
@@ -365,9 +366,13 @@ def partition_logs(segments: list[Segment], *, dialect: str | None = None,
         order = sorted(range(len(log.segments)), key=lambda i: segment_rank(log.segments[i]))
         log.segments = [log.segments[i] for i in order]
         log.detections = [log.detections[i] for i in order]
-    lowest: dict[str, int] = {}  # numbered as a fresh Spark run numbers them (`loose_partitions`)
-    for loose in sorted((lg for lg in logs.values() if lg.partition is None),
-                        key=lambda lg: (lg.topic, lg.segments[0].path)):
-        lowest[loose.topic] = loose.partition = lowest.get(loose.topic, 0) - 1
+    loose: dict[str, list[PartitionLog]] = {}
+    for unplaced in sorted(logs.values(), key=lambda lg: lg.segments[0].path):
+        if unplaced.partition is None:
+            loose.setdefault(unplaced.topic, []).append(unplaced)
+    numbers = loose_partitions({t: [lg.segments for lg in found] for t, found in loose.items()},
+                               {})  # as a fresh Spark run numbers them
+    for unplaced in chain.from_iterable(loose.values()):
+        unplaced.partition = numbers[str(unplaced.segments[0].path)][1]
     return sorted(logs.values(), key=lambda lg: (lg.topic, (lg.partition or 0) < 0,
                                                  abs(lg.partition or 0), lg.name)), unknown

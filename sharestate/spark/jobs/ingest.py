@@ -20,6 +20,7 @@ from sharestate.lake import ActiveFile, Lake, Produce, Target, open_lake
 from sharestate.log import DEFAULT_LIMITS, ReadLimits, Segment, discover, segment_of
 from sharestate.log.index import split_points
 from sharestate.replay.logs import checkpointed_starts, loose_logs
+from sharestate.replay.loose_partitions import loose_partitions
 from sharestate.spark.jobs.warehouse import (
     SILVER,
     RunReport,
@@ -30,7 +31,6 @@ from sharestate.spark.jobs.warehouse import (
 )
 from sharestate.tables import bronze as bronze_rows
 from sharestate.tables import log_changes, tasks
-from sharestate.tables.loose_partitions import loose_partitions
 from sharestate.tables.runs import ingest_run_row, log_start_row
 
 if TYPE_CHECKING:

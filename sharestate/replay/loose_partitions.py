@@ -1,12 +1,13 @@
-"""Partition numbers for the logs whose path names none, so that the tables keep them apart.
+"""Partition numbers for the logs whose path names none, so that the commands and the tables
+keep them apart.
 
 The tables key a log by (topic, partition), and only a `<topic>-<partition>` folder names a
 partition. A loose segment file, or a folder of Kafka-named segments elsewhere, is a log of
-its own (`sharestate.replay.logs.loose_logs`), which the tables number below zero: a topic's
+its own (`sharestate.replay.logs.loose_logs`), numbered below zero: a topic's
 first such log is -1, each further one the next number down, in the order of their first
 path. A number once given stays with its log (`known`: each segment file's partition as an
-earlier run recorded it), so a log added later never shifts the others, and one no longer
-given is not reused: bronze may still hold its rows.
+earlier run recorded it in a warehouse; none for the commands), so a log added later never
+shifts the others, and one no longer given is not reused: bronze may still hold its rows.
 """
 
 from __future__ import annotations
