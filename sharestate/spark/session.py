@@ -5,7 +5,8 @@
 1. built-in defaults (`DEFAULTS`, plus `LOCAL_DEFAULTS` when the master is `local[...]`):
    `local[2]`, 4 shuffle partitions, 2g driver memory, Arrow for PySpark, session time zone
    UTC (a JVM it starts runs in the session's zone: `driver_java_options`), log level WARN,
-   driver bound to 127.0.0.1, Delta's log replay in 4 partitions,
+   driver bound to 127.0.0.1, Delta's log replay in 4 partitions, on a local master
+   Python workers importing the installed pyspark (`sharestate.spark.worker_daemon`),
    Python workers running this interpreter (which has sharestate installed; on a local
    master the one they are given must be a program here: `check_worker_python`);
 2. the conf file: `conf/spark-defaults.conf` at the repository root, or the file named by
@@ -101,6 +102,7 @@ DEFAULTS: Mapping[str, str] = {
 LOCAL_DEFAULTS: Mapping[str, str] = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
+    "spark.python.daemon.module": "sharestate.spark.worker_daemon",
 }
 NO_UI: Mapping[str, str] = {
     "spark.ui.enabled": "false",
