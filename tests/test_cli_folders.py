@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import conformance_dir
@@ -165,15 +166,25 @@ def test_a_log_dirs_root_says_what_it_does_not_read(tmp_path: Path,
 
 @pytest.mark.slow
 def test_the_pipeline_reads_every_folder_shape(spark: object, tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+                                               capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """`run --source` lists sources with the same function as the commands: every record of
     a backup folder, a Kafka-named folder, nested folders, a `.log.gz` and a folder past
     int32 (which stopped the run with exit 70) is in bronze, and stderr says how each
     ambiguous folder was read; of a partition's copies on two brokers, the leader's only.
     Each log that names no partition is replayed apart (they were one partition -1: their
-    states mixed, and a run that read one again dropped the others' rows from bronze)."""
+    states mixed, and a run that read one again dropped the others' rows from bronze).
+    A run lists and ranks the copies once (ingest listed them again)."""
     from sharestate.lake import open_lake
+    from sharestate.log import replicas
     from sharestate.spark.run import parser, run
+
+    rankings: list[int] = []
+    rank = replicas.one_replica
+
+    def counted(*args: Any, **kwargs: Any) -> list[Any]:
+        rankings.append(1)
+        return rank(*args, **kwargs)
 
     tree = tmp_path / "tree"
     past = f"__share_group_state-{2**31}"
@@ -203,10 +214,14 @@ def test_the_pipeline_reads_every_folder_shape(spark: object, tmp_path: Path,
     for touched in (None, files[0]):  # a loose log read again loses no other log's rows
         if touched is not None:
             os.utime(touched, (touched.stat().st_atime, touched.stat().st_mtime + 60))
-        status = run(parser().parse_args(["--source", str(tree),
-                                          "--warehouse", str(warehouse)]))
+        rankings.clear()
+        with monkeypatch.context() as patched:
+            patched.setattr(replicas, "one_replica", counted)
+            status = run(parser().parse_args(["--source", str(tree),
+                                              "--warehouse", str(warehouse)]))
         err = capsys.readouterr().err
         assert status in (exit_codes.OK, exit_codes.FINDINGS), err
+        assert len(rankings) == 1
         bronze = lake.read(warehouse / "log_records").groupBy("source", "partition") \
             .count().collect()  # type: ignore[attr-defined]
         assert {r["source"]: (r["partition"], r["count"]) for r in bronze} == expected

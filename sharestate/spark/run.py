@@ -34,6 +34,7 @@ from sharestate.log import (
     DEFAULT_MAX_BATCH_RECORDS,
     DEFAULT_MAX_FINDINGS,
     ReadLimits,
+    Segment,
     SourceError,
     discover,
 )
@@ -204,9 +205,11 @@ def _check_clusters(sources: Sequence[str], kafka_options: dict[str, str],
                 raise ArgumentError(str(exc)) from None
 
 
-def _check_files(sources: Sequence[str], end_offsets_from: Sequence[str] = ()) -> None:
-    """Every file source must hold segments (else SourceError), before any work; stderr
-    says what a folder held that is not read (a root's data topics are, when it is also an
+def _check_files(sources: Sequence[str], end_offsets_from: Sequence[str] = ()
+                 ) -> list[Segment]:
+    """The file sources' segments, which ingest reads (a cluster's copies are ranked once):
+    every file source must hold some (else SourceError), before any work; stderr says what
+    a folder held that is not read (a root's data topics are, when it is also an
     `--end-offsets-from` source), and which folders name no partition."""
     from sharestate.cluster.kafka_options import KAFKA_SCHEME
 
@@ -222,6 +225,7 @@ def _check_files(sources: Sequence[str], end_offsets_from: Sequence[str] = ()) -
     for note in dict.fromkeys(f"{segment.path.parent}: {segment.note}: partition unknown"
                               for segment in segments if segment.note):
         print(note, file=sys.stderr)
+    return segments
 
 
 def _check_warehouse(warehouse: str) -> None:
@@ -269,8 +273,9 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
     except SettingError as exc:
         raise ArgumentError(str(exc)) from None
     _check_warehouse(args.warehouse)
+    segments = None
     if "ingest" in jobs:
-        _check_files(args.source, args.end_offsets_from)
+        segments = _check_files(args.source, args.end_offsets_from)
         _check_clusters(args.source, kafka_options, args.connect_timeout)
     if "analytics" in jobs:
         _check_clusters(args.end_offsets_from, kafka_options, args.connect_timeout)
@@ -305,7 +310,8 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
             with announced:
                 if job == "ingest":
                     reports.append(ingest(
-                        spark, warehouse, args.source, run_id=run_id, full=args.full,
+                        spark, warehouse, args.source, segments=segments,
+                        run_id=run_id, full=args.full,
                         kafka_options=kafka_options, silver=fused,
                         limits=ReadLimits(max_batch_records=args.max_batch_records,
                                           max_findings=args.max_findings),

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 
 def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
+           segments: Sequence[Segment] | None = None,
            run_id: str, full: bool = False, kafka_options: dict[str, str] | None = None,
            silver: bool = False, limits: ReadLimits = DEFAULT_LIMITS,
            executors: str | None = None) -> RunReport:
@@ -45,6 +46,7 @@ def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
     `decode_errors`, `ingest_runs`; with `silver`, also the decode job's tables for the
     same segments (`run_all` does this: bronze is then not read back to decode it).
     `executors` (native, pure, mixed: their kernels) goes into each commit's metadata.
+    `segments` are the file sources' segments as `discover` found them (None: found here).
 
     One pass over the input: each task reads its split and writes every table; what the
     run covered comes from the statistics of the files it wrote (or, on a backend that cannot
@@ -58,7 +60,8 @@ def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
     files = [s for s in sources if not s.startswith(KAFKA_SCHEME)]
     starts: list[dict[str, Any]] = []
     if files:
-        segments = discover(files)
+        if segments is None:
+            segments = discover(files)
         splits, sizes, numbers = _segment_splits(spark, lake, warehouse, segments, full,
                                                  report)
         if splits is not None:
