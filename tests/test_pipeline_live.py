@@ -3,6 +3,7 @@ cluster), fed with the records of a Kafka-written segment, read back through Spa
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -111,3 +112,27 @@ def test_run_reads_a_cluster_without_share_state(groups_only: str, tmp_path: Pat
             in capsys.readouterr().err)
     lake = open_lake(build_session("test-live", ui=False))
     assert lake.read(str(tmp_path / "wh" / "log_records")).count() == 1
+
+
+def test_a_cluster_gone_after_the_check_stops_the_run_with_one_line(tmp_path: Path) -> None:
+    """The cluster answered the check, then stopped answering before ingest planned its
+    read: a one-line error, exit 2, within `--connect-timeout` (it was exit 70 with a
+    traceback, "a bug in sharestate", after the reader's 60 s)."""
+    from sharestate.log import SourceError
+    from sharestate.spark.run import parser, run
+
+    holder = [Producer({"test.mock.num.brokers": 1})]
+    address = ",".join(f"{b.host}:{b.port}"
+                       for b in holder[0].list_topics(timeout=10).brokers.values())
+
+    def session_then_gone(*args: Any, **kwargs: Any) -> Any:
+        session = build_session(*args, **kwargs)
+        holder.clear()  # the mock cluster goes with the client that holds it
+        gc.collect()
+        return session
+
+    args = parser().parse_args(["--source", f"kafka://{address}", "--warehouse",
+                                str(tmp_path / "wh"), "--connect-timeout", "2",
+                                "--conf", "spark.ui.enabled=false"])
+    with pytest.raises(SourceError, match=f"cannot read watermarks .* from {address}"):
+        run(args, spark_factory=session_then_gone)  # `main` says it in one line, exit 2

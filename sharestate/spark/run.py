@@ -312,7 +312,8 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
                     reports.append(ingest(
                         spark, warehouse, args.source, segments=segments,
                         run_id=run_id, full=args.full,
-                        kafka_options=kafka_options, silver=fused,
+                        kafka_options=kafka_options, connect_timeout=args.connect_timeout,
+                        silver=fused,
                         limits=ReadLimits(max_batch_records=args.max_batch_records,
                                           max_findings=args.max_findings),
                         executors=kernels))

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from sharestate.cluster.kafka_options import KAFKA_SCHEME, source_options
 from sharestate.lake import ActiveFile, Lake, Produce, Target, open_lake
-from sharestate.log import DEFAULT_LIMITS, ReadLimits, Segment, discover, segment_of
+from sharestate.log import DEFAULT_LIMITS, ReadLimits, Segment, SourceError, discover, segment_of
 from sharestate.log.index import split_points
 from sharestate.replay.logs import checkpointed_starts, loose_logs
 from sharestate.replay.loose_partitions import loose_partitions
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
            segments: Sequence[Segment] | None = None,
            run_id: str, full: bool = False, kafka_options: dict[str, str] | None = None,
+           connect_timeout: float | None = None,
            silver: bool = False, limits: ReadLimits = DEFAULT_LIMITS,
            executors: str | None = None) -> RunReport:
     """Segment files or a live cluster (`kafka://host:port`) -> `log_records`,
@@ -47,6 +48,8 @@ def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
     same segments (`run_all` does this: bronze is then not read back to decode it).
     `executors` (native, pure, mixed: their kernels) goes into each commit's metadata.
     `segments` are the file sources' segments as `discover` found them (None: found here).
+    A live cluster that does not answer its read's planning within `connect_timeout`
+    seconds (None: the reader's `timeoutMs`) is a `SourceError`.
 
     One pass over the input: each task reads its split and writes every table; what the
     run covered comes from the statistics of the files it wrote (or, on a backend that cannot
@@ -74,7 +77,8 @@ def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
         starts.extend(log_start_row(run_id, str(root), where, offset, read_at)
                       for where, (root, offset) in sorted(checkpointed_starts(segments).items()))
     for uri in live:
-        raw, plan = _kafka_raw(spark, lake, warehouse, uri, full, kafka_options or {})
+        raw, plan = _kafka_raw(spark, lake, warehouse, uri, full, kafka_options or {},
+                               connect_timeout)
         report.notes.extend(f"{uri}: topic {topic} is not in the cluster (Kafka creates it "
                             f"when first used): nothing to read" for topic in plan.absent_topics)
         _write_bronze(spark, lake, warehouse, raw,
@@ -166,16 +170,20 @@ def _ranges(starts: list[int]) -> list[tuple[int, int | None]]:
 
 
 def _kafka_raw(spark: SparkSession, lake: Lake, warehouse: Warehouse, uri: str, full: bool,
-               extra: dict[str, str]) -> tuple[DataFrame, KafkaPlan]:
+               extra: dict[str, str], timeout: float | None) -> tuple[DataFrame, KafkaPlan]:
     """The live cluster's records from where the last run's chunks began, and the plan read
     (what a consumer cannot see, each partition's log start)."""
     from dataclasses import replace
 
-    from sharestate.cluster import parse_options, plan_read
+    from sharestate.cluster import KafkaSourceError, parse_options, plan_read
     from sharestate.spark.kafka_source import NAME, register
 
     options = source_options(uri, extra)
-    plan = plan_read(parse_options(options))
+    asked = options if timeout is None else {**options, "timeoutMs": str(round(timeout * 1000))}
+    try:
+        plan = plan_read(parse_options(asked))
+    except KafkaSourceError as exc:  # it answered before the session started, not now
+        raise SourceError(str(exc)) from None
     covered = {} if full else _covered_offsets(lake, warehouse, uri)
     plan = replace(plan, ranges=tuple(
         replace(r, start=min(r.end, max(r.start, bronze_rows.chunk_of(covered[key] + 1))))
