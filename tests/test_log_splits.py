@@ -13,7 +13,7 @@ from conftest import conformance_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sharestate.log import Batch, read_batches
+from sharestate.log import Batch, LogFinding, read_batches
 from sharestate.log.index import index_positions, split_points
 
 
@@ -86,3 +86,19 @@ def test_offset_index_gives_split_points(tmp_path: Path) -> None:
     assert split_points(segment, len(data), len(data)) == [0]
     segment.with_suffix(".index").unlink()
     assert split_points(segment, len(data), 10_000) == [0]
+
+
+def test_a_damaged_offset_index_splits_only_at_batches(tmp_path: Path) -> None:
+    """Index entries that point inside batches (a damaged `.index` beside a sound log) are
+    no split points: a split begun there reported good bytes as `bad_length` findings."""
+    data = (conformance_dir() / "kafka-4.4-dev" / "share_replay_small.log").read_bytes()
+    segment = tmp_path / "00000000000000000000.log"
+    segment.write_bytes(data)
+    starts = _boundaries(data)
+    damaged = sorted({p + (30 if i % 3 else 0) for i, p in enumerate(starts[3::5])})
+    segment.with_suffix(".index").write_bytes(
+        b"".join(struct.pack(">ii", i, p) for i, p in enumerate(damaged)))
+    points = split_points(segment, len(data), 1_000)
+    assert len(points) > 3 and set(points) <= set(starts)
+    assert _read(data, points[1:]) == _read(data, [])
+    assert not any(isinstance(item, LogFinding) for item in _read(data, points[1:]))

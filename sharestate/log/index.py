@@ -4,16 +4,27 @@ The broker appends an entry (int32 offset relative to the segment's base offset,
 byte position of a batch) about every `index.interval.bytes` of log; files are
 preallocated, so trailing entries may be zeros. Every position in it is where a batch
 starts, which makes the entries safe split points for reading one segment in parallel.
+A damaged index can point anywhere: a split point is kept only where a magic 2 batch with
+a matching checksum starts (a split begun inside a batch reported its bytes as findings;
+a legacy log is read whole).
 """
 
 from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import BinaryIO
+
+from crc32c import crc32c
 
 from sharestate.log.files import read_regular
+from sharestate.log.framing import DEFAULT_MAX_BATCH_BYTES
 
 _ENTRY = struct.Struct(">ii")
+_HEAD = struct.Struct(">qiibI")
+"""A magic 2 batch's first fields: base offset, length, leader epoch, magic, CRC."""
+_CHECKED_FROM = 21
+"""Where a batch's CRC-32C starts (its attributes); it runs to the batch's end."""
 
 
 def index_positions(index: bytes) -> list[int]:
@@ -37,7 +48,23 @@ def split_points(segment: Path, size: int, split_bytes: int) -> list[int]:
     except OSError:  # none, or not a regular file
         return [0]
     starts = [0]
-    for position in index_positions(index):
-        if position - starts[-1] >= split_bytes and position < size:
-            starts.append(position)
+    with segment.open("rb") as stream:
+        for position in index_positions(index):
+            if position - starts[-1] >= split_bytes and position < size \
+                    and _batch_at(stream, position, size):
+                starts.append(position)
     return starts
+
+
+def _batch_at(stream: BinaryIO, position: int, size: int) -> bool:
+    """Whether a magic 2 batch whose CRC-32C matches starts at `position` (a log of `size`
+    bytes): a header's bytes and one batch are read, however wrong the index is."""
+    stream.seek(position)
+    head = stream.read(_HEAD.size)
+    if len(head) < _HEAD.size:
+        return False
+    _, length, _, magic, crc = _HEAD.unpack(head)
+    end = position + 12 + length
+    if magic != 2 or not _CHECKED_FROM <= 12 + length <= DEFAULT_MAX_BATCH_BYTES or end > size:
+        return False
+    return int(crc32c(stream.read(end - position - _CHECKED_FROM))) == int(crc)
