@@ -12,7 +12,7 @@ import pyarrow as pa
 from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 
-from sharestate.spark.jobs.warehouse import BROADCAST_BYTES, one_task_each
+from sharestate.spark.jobs.warehouse import one_task_each
 from sharestate.spark.worker_daemon import installed_first
 
 # the tasks' functions below travel by value: the workers cannot import the tests
@@ -44,8 +44,6 @@ def test_one_task_each_gives_each_row_its_own_task_in_order(spark: SparkSession)
             for i in range(7)]
     df = one_task_each(spark, rows, WORK)
     assert df.rdd.getNumPartitions() == 7
-    # no RDD of pickled rows, which a Python worker of its own would unpickle per task
-    assert "ExistingRDD" not in df._jdf.queryExecution().executedPlan().toString()
     seen = sorted((r.asDict() for r in df.mapInArrow(
         _seen, "task int, rows int, name string, files string, state binary").collect()),
                   key=lambda r: r["task"])
@@ -54,20 +52,6 @@ def test_one_task_each_gives_each_row_its_own_task_in_order(spark: SparkSession)
     assert [r["files"] for r in seen] == [repr(files) for _, files, _ in rows]
     assert [r["state"] for r in seen] == [None if s is None else bytearray(s)
                                           for _, _, s in rows]
-
-
-def test_one_task_each_sends_large_rows_only_to_their_tasks(spark: SparkSession) -> None:
-    """Rows past `BROADCAST_BYTES` (a large cluster's replay states) are not broadcast to
-    every executor: each task still gets its own row, in order."""
-    big = bytes(range(256)) * (BROADCAST_BYTES // 256 // 2 + 1)
-    rows = [(f"w{i}", [], big[i:]) for i in range(3)]
-    df = one_task_each(spark, rows, WORK)
-    assert "Broadcast" not in df._jdf.queryExecution().executedPlan().toString()
-    seen = sorted((r.asDict() for r in df.mapInArrow(
-        _seen, "task int, rows int, name string, files string, state binary").collect()),
-                  key=lambda r: r["task"])
-    assert [(r["task"], r["rows"], r["name"], r["state"] == big[r["task"]:]) for r in seen] \
-        == [(i, 1, f"w{i}", True) for i in range(3)]
 
 
 def test_one_task_each_of_nothing_is_no_row(spark: SparkSession) -> None:

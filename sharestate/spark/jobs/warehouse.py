@@ -11,7 +11,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from sharestate.lake import Lake
@@ -78,29 +77,9 @@ def rows_table(rows: list[dict[str, Any]], name: str) -> pa.Table:
 
 
 
-_ROW_ID = "__row"
-BROADCAST_BYTES = 8 << 20
-"""The most work rows (as Arrow) that `one_task_each` broadcasts to every executor."""
-
-
 def one_task_each(spark: SparkSession, rows: list[tuple[Any, ...]],
                   schema: pa.Schema) -> DataFrame:
     """`rows` as a DataFrame of one partition per row, scheduled in list order (give the
-    largest work first: the last tasks to start are then the short ones).
-
-    Partition i of a range is its id i, joined with row i broadcast from the driver: the
-    rows never pass through a Python worker (a parallelized Python list takes one per
-    task, in a worker pool of its own, before the task's own Python code runs). Rows of
-    more than `BROADCAST_BYTES` (the replay states of a large cluster) are parallelized
-    after all: each executor then receives only its own tasks' rows."""
-    count = max(1, len(rows))
-    table = pa.Table.from_pylist([dict(zip(schema.names, row, strict=True)) for row in rows],
-                                 schema=schema)
-    if table.nbytes > BROADCAST_BYTES:
-        return spark.createDataFrame(spark.sparkContext.parallelize(rows, count),
-                                     from_arrow_schema(schema))
-    indexed = spark.createDataFrame(
-        table.append_column(_ROW_ID, pa.array(range(len(rows)), pa.int64())),
-        from_arrow_schema(schema.append(pa.field(_ROW_ID, pa.int64(), nullable=False))))
-    ids = spark.range(0, count, 1, count).withColumnRenamed("id", _ROW_ID)
-    return ids.join(F.broadcast(indexed), _ROW_ID).select(*schema.names)
+    largest work first: the last tasks to start are then the short ones)."""
+    return spark.createDataFrame(spark.sparkContext.parallelize(rows, max(1, len(rows))),
+                                 from_arrow_schema(schema))
