@@ -10,6 +10,12 @@ NATIVE_STAMP := $(VENV)/.native-$(shell cat setup.py csrc/*.c csrc/*.h 2>/dev/nu
 CONFORMANCE_TESTS := tests/test_decode_fixtures.py tests/test_schemas_fixtures.py \
 	tests/test_log_conformance.py tests/test_coordinator_conformance.py \
 	tests/test_group_fixtures.py tests/test_persister_parity.py
+# pytest on PYTEST_WORKERS pytest-xdist workers (0: in this process alone), each test module's
+# tests in one worker, and the modules that share a costly session fixture (a Kafka broker, a
+# pipeline's warehouse) in one (tests/conftest.py: XDIST_GROUPS). Most tests wait on JVMs and
+# subprocesses: two workers take the suite from about 31 minutes to about 20 on 2 cores.
+PYTEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 # The C extension is required here: SHARESTATE_PURE_PYTHON is cleared for the build, so a
 # failed build stops the install (setup.py).
 PIP_INSTALL := SHARESTATE_PURE_PYTHON= $(BIN)/python -m pip install --quiet
@@ -62,10 +68,10 @@ demo: $(STAMP) $(NATIVE_STAMP) ## run the main job on the embedded default (loca
 	$(BIN)/sharestate demo
 
 test: $(AIRFLOW_STAMP) $(NATIVE_STAMP) jars ## run the whole test suite (installs the airflow extra too, fetches the jars)
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 test-pure: $(AIRFLOW_STAMP) ## run the Kafka-fixture conformance tests on the pure-Python paths
-	SHARESTATE_PURE_PYTHON=1 $(BIN)/python -m pytest -q $(CONFORMANCE_TESTS)
+	SHARESTATE_PURE_PYTHON=1 $(PYTEST) $(CONFORMANCE_TESTS)
 
 lint: $(AIRFLOW_STAMP) $(NATIVE_STAMP) ## ruff, mypy (the DAG too: needs the airflow extra), the import layers, the C stub against the extension
 	$(BIN)/ruff check .
@@ -77,7 +83,7 @@ executor-env: $(STAMP) $(NATIVE_STAMP) ## pack the executors' Python environment
 	$(BIN)/python -m sharestate.spark.executor_env --out dist/sharestate-env.tar.gz
 
 check: lint ## the contributor's loop: lint, then every test not marked slow or kafka_broker
-	$(BIN)/python -m pytest -q -m "not slow and not kafka_broker"
+	$(PYTEST) -m "not slow and not kafka_broker"
 
 bench: $(STAMP) $(NATIVE_STAMP) jars ## run the benchmarks (records/s; figures in docs/benchmarks.md; serve.py runs a real Kafka broker)
 	$(BIN)/python bench/decode.py

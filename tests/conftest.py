@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from kafka_broker import RELEASES, KafkaBroker, running_broker
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE_ENV = "SHARESTATE_CONFORMANCE_DIR"
+RELEASE_FIXTURE = "release_run"
 
 
 _CLIENT_LOG = re.compile(r"%\d\|\d+\.\d+\|[A-Z_]+\|rdkafka#")
@@ -33,6 +34,11 @@ def own_lines(err: str) -> list[str]:
     them to file descriptor 2 from its own thread, at any time, once its broker is gone; a
     command that connects to no cluster writes none of its own."""
     return [line for line in err.splitlines() if not _CLIENT_LOG.match(line)]
+
+
+def xdist_worker(config: pytest.Config) -> str | None:
+    """The pytest-xdist worker this process is (gw0, gw1, ...), or None when not one."""
+    return getattr(config, "workerinput", {}).get("workerid")
 
 
 def under_ci() -> bool:
@@ -62,6 +68,43 @@ def conformance_dir(name: str | None = None) -> Path:
     return folder
 
 
+XDIST_GROUPS = {
+    "kafka-judge": ("test_kafka_broker.py", "test_kafka_judge.py", "test_kafka_lag_history.py",
+                    "test_kafka_releases.py"),
+    "simulated-warehouse": ("test_lag_history.py", "test_report.py", "test_sql_prompt.py"),
+}
+"""The test modules one pytest-xdist worker runs together (`make test` runs `-n 2 --dist
+loadfile`, each module's tests in one worker): those that use one of the session's costly
+fixtures, which that worker then builds once for them all (test_xdist_groups.py checks)."""
+SHARED_FIXTURES = {"kafka_broker": "kafka-judge", "kafka_workload": "kafka-judge",
+                   "kafka_logs": "kafka-judge", RELEASE_FIXTURE: "kafka-judge",
+                   "simulated_warehouse": "simulated-warehouse"}
+"""Each such fixture, and the group of the modules that use it."""
+
+
+def xdist_group(nodeid: str) -> str:
+    """The work unit of a test under `--dist loadfile`: its module's group, else its module."""
+    module = nodeid.split("::", 1)[0]
+    name = module.rsplit("/", 1)[-1]
+    return next((group for group, names in XDIST_GROUPS.items() if name in names), module)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile`, with the modules of an XDIST_GROUPS group as one file. (Not
+    `--dist loadgroup` and xdist_group marks: pytest-xdist 3.8 does not see them with
+    pytest 9.2, pytest-xdist issue 1386.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModuleGroupScheduling(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid)
+
+    return ModuleGroupScheduling(config, log)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """One local Spark session (`build_session`'s defaults, no UI) for every test that
@@ -73,18 +116,37 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
 
 
-RELEASE_FIXTURE = "release_run"
+class ReleaseWorkloads:
+    """The release brokers' workloads by version (Futures), begun by `start`, or by the first
+    look-up of one."""
+
+    def __init__(self, versions: tuple[str, ...], start: Callable[[str], Workload],
+                 pool: ThreadPoolExecutor) -> None:
+        self._versions, self._start, self._pool = versions, start, pool
+        self._futures: dict[str, Future[Workload]] = {}
+
+    def start(self) -> None:
+        if not self._futures:
+            self._futures = {version: self._pool.submit(self._start, version)
+                             for version in self._versions}
+
+    def __getitem__(self, version: str) -> Future[Workload]:
+        self.start()
+        return self._futures[version]
 
 
 @pytest.fixture(scope="session", autouse=True)
 def kafka_releases(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-                   ) -> Iterator[dict[str, Future[Workload]]]:
+                   ) -> Iterator[ReleaseWorkloads]:
     """The other releases' brokers (4.0.2, 4.4.0), each with kafka_workload's short
     share-group workload, when the release tests are collected: run one after the other in
     a thread of their own from the session's start (a workload mostly waits on its broker:
     idle polls, lock timeouts) while the tests before them run. Not the judge's workload:
     what it leaves (open transactions, members kept in their groups, offsets retained for
-    a minute) is judged right after it."""
+    a minute) is judged right after it. Under pytest-xdist every worker collects every
+    test but only one runs the release tests (they are in the judge's xdist group), so
+    there they begin with the judge's broker, in the worker that starts it, or at the
+    first release test."""
     needed = set().union(*(getattr(item, "fixturenames", ()) for item in request.session.items))
     versions = ("4.0", "4.4") if RELEASE_FIXTURE in needed else ()
     workdirs = {version: tmp_path_factory.mktemp(f"kafka-{version}") for version in versions}
@@ -97,7 +159,10 @@ def kafka_releases(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
 
         pool = ThreadPoolExecutor(1, thread_name_prefix="kafka-releases")
         try:
-            yield {version: pool.submit(start, version) for version in versions}
+            workloads = ReleaseWorkloads(versions, start, pool)
+            if not xdist_worker(request.config):
+                workloads.start()
+            yield workloads
         finally:
             pool.shutdown(wait=True)  # then the workloads' clients close, the brokers stop
 
@@ -139,8 +204,11 @@ def simulated_warehouse(spark: SparkSession, tmp_path_factory: pytest.TempPathFa
 
 
 @pytest.fixture(scope="session")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    """The judge: one Kafka 4.3.1 broker (KRaft, share groups on) for the whole session."""
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory, kafka_releases: ReleaseWorkloads
+                 ) -> Iterator[KafkaBroker]:
+    """The judge: one Kafka 4.3.1 broker (KRaft, share groups on) for the whole session
+    (the release brokers' workloads begin with it, if they have not yet)."""
+    kafka_releases.start()
     with running_broker(RELEASES["4.3"], tmp_path_factory.mktemp("kafka-4.3")) as broker:
         yield broker
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
+from conftest import ReleaseWorkloads
 from kafka_judge import decoded_records, differences, dump_records, sharestate_json
 from kafka_workload import (
     CONSOLE_SHARE_CONSUMER,
@@ -23,7 +23,7 @@ from kafka_workload import (
 pytestmark = pytest.mark.kafka_broker
 
 @pytest.fixture(scope="module", params=["4.0", "4.4"])
-def release_run(request: pytest.FixtureRequest, kafka_releases: dict[str, Future[Workload]],
+def release_run(request: pytest.FixtureRequest, kafka_releases: ReleaseWorkloads,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workload, Path]]:
     """A broker of the release, share groups driven on it (kafka_workload's
     run_release_workload, begun with the session: tests/conftest.py), its internal logs
