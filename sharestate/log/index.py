@@ -19,12 +19,11 @@ from crc32c import crc32c
 
 from sharestate.log.files import read_regular
 from sharestate.log.framing import DEFAULT_MAX_BATCH_BYTES
+from sharestate.log.resync import LOG_OVERHEAD, V2_HEADER, V2_WINDOW, check_at
 
 _ENTRY = struct.Struct(">ii")
-_HEAD = struct.Struct(">qiibI")
-"""A magic 2 batch's first fields: base offset, length, leader epoch, magic, CRC."""
 _CHECKED_FROM = 21
-"""Where a batch's CRC-32C starts (its attributes); it runs to the batch's end."""
+"""Where a magic 2 batch's CRC-32C starts (its attributes); it runs to the batch's end."""
 
 
 def index_positions(index: bytes) -> list[int]:
@@ -57,14 +56,16 @@ def split_points(segment: Path, size: int, split_bytes: int) -> list[int]:
 
 
 def _batch_at(stream: BinaryIO, position: int, size: int) -> bool:
-    """Whether a magic 2 batch whose CRC-32C matches starts at `position` (a log of `size`
-    bytes): a header's bytes and one batch are read, however wrong the index is."""
+    """Whether a magic 2 batch starts at `position` of a log of `size` bytes: its header
+    passes resynchronisation's checks (`check_at`) and its CRC-32C matches. A header's
+    bytes and one batch are read, however wrong the index is."""
     stream.seek(position)
-    head = stream.read(_HEAD.size)
-    if len(head) < _HEAD.size:
+    head = stream.read(V2_WINDOW)
+    if len(head) < V2_HEADER or head[16] != 2 \
+            or check_at(head, 0, len(head) < V2_WINDOW, DEFAULT_MAX_BATCH_BYTES) != 1:
         return False
-    _, length, _, magic, crc = _HEAD.unpack(head)
-    end = position + 12 + length
-    if magic != 2 or not _CHECKED_FROM <= 12 + length <= DEFAULT_MAX_BATCH_BYTES or end > size:
+    end = LOG_OVERHEAD + int.from_bytes(head[8:12], "big", signed=True)
+    if position + end > size:
         return False
-    return int(crc32c(stream.read(end - position - _CHECKED_FROM))) == int(crc)
+    batch = (head + stream.read(max(0, end - len(head))))[:end]
+    return crc32c(batch[_CHECKED_FROM:]) == int.from_bytes(head[17:_CHECKED_FROM], "big")

@@ -179,7 +179,8 @@ def _kafka_raw(spark: SparkSession, lake: Lake, warehouse: Warehouse, uri: str, 
     from sharestate.spark.kafka_source import NAME, register
 
     options = source_options(uri, extra)
-    asked = options if timeout is None else {**options, "timeoutMs": str(round(timeout * 1000))}
+    asked = options if timeout is None else {
+        **options, "timeoutMs": str(max(1, round(timeout * 1000)))}
     try:
         plan = plan_read(parse_options(asked))
     except KafkaSourceError as exc:  # it answered before the session started, not now
