@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined,unused-ignore]
@@ -34,6 +34,7 @@ CONSUMER_VISIBILITY = (
 """What the live source cannot see, stated in every plan's metadata."""
 FIRST_OFFSET = OffsetSpec.earliest()  # type: ignore[no-untyped-call,unused-ignore]
 NEXT_OFFSET = OffsetSpec.latest()  # type: ignore[no-untyped-call,unused-ignore]
+T = TypeVar("T")
 
 
 class KafkaSourceError(RuntimeError):
@@ -62,14 +63,15 @@ RETRIABLE = frozenset({
 """Errors that pass by themselves (those librdkafka calls retriable too)."""
 
 
-def source_error(options: KafkaReadOptions, text: str, exc: KafkaException
-                 ) -> KafkaSourceError:
-    """`text: exc` (redacted) as ClusterNotReady when the error is retriable."""
+def source_error(options: KafkaReadOptions, text: str, exc: KafkaException,
+                 heard: str | None = None) -> KafkaSourceError:
+    """`text: exc` (redacted), then the client's last error line `heard` if any, as
+    ClusterNotReady when the error is retriable."""
     error = exc.args[0] if exc.args else None
     retriable = isinstance(error, KafkaError) and (error.retriable()
                                                    or error.code() in RETRIABLE)
     kind = ClusterNotReady if retriable else KafkaSourceError
-    return kind(options.redact(f"{text}: {exc}"))
+    return kind(options.redact(f"{text}: {exc}" + (f" ({heard})" if heard else "")))
 
 
 def admin_client(options: KafkaReadOptions, **kwargs: Any) -> AdminClient:
@@ -84,17 +86,36 @@ def admin_client(options: KafkaReadOptions, **kwargs: Any) -> AdminClient:
         raise KafkaSourceError(options.redact(f"cannot create a Kafka client: {exc}")) from None
 
 
+def ask_quietly(options: KafkaReadOptions, ask: Callable[[AdminClient], T],
+                failed: Callable[[KafkaException, str | None], KafkaSourceError]) -> T:
+    """`ask` of an `admin_client` whose own log lines (a broker refusing connections, ...)
+    stay off stderr; a KafkaException raises `failed(exc, the client's last error line)`,
+    once the client is gone: an exception that led back to it (kept by a caller, a test)
+    would keep its threads retrying the cluster and logging."""
+    heard = _Heard()
+    log = logging.Logger("sharestate.cluster.client")  # its own: nothing else hears it
+    log.addHandler(heard)
+    admin = admin_client(options, logger=log)
+    try:
+        return ask(admin)
+    except KafkaException as exc:
+        admin.poll(0)  # serves the client's queued log lines to `heard`
+        failure = failed(exc, heard.last)
+    del admin
+    raise failure
+
+
 def cluster_watermarks(options: KafkaReadOptions, topics: tuple[str, ...]
                        ) -> tuple[str, dict[tuple[str, int], tuple[int, int]]]:
     """The cluster's id and the (low, high) watermarks of every partition of those of
     `topics` the cluster has (with `read_committed` the high one is the last stable
-    offset), read with an `admin_client`. A topic the cluster lists with an error (no leader
+    offset), read with `ask_quietly`. A topic the cluster lists with an error (no leader
     yet) raises, as a `source_error`."""
-    admin = admin_client(options)
     timeout = options.timeout_ms / 1000
     level = (IsolationLevel.READ_COMMITTED if options.isolation_level == "read_committed"
              else IsolationLevel.READ_UNCOMMITTED)
-    try:
+
+    def read(admin: AdminClient) -> tuple[str, dict[tuple[str, int], tuple[int, int]]]:
         metadata = admin.list_topics(timeout=timeout)
         for topic in topics:
             if (found := metadata.topics.get(topic)) is not None and found.error is not None:
@@ -109,35 +130,31 @@ def cluster_watermarks(options: KafkaReadOptions, topics: tuple[str, ...]
                                            isolation_level=level, request_timeout=timeout)
                 offsets[name] = {(where.topic, where.partition): future.result().offset
                                  for where, future in asked.items()}
-    except KafkaException as exc:
-        raise source_error(options, f"cannot read watermarks of {', '.join(topics)} from "
-                                    f"{options.bootstrap_servers}", exc) from None
-    return str(metadata.cluster_id), {
-        (where.topic, where.partition): (offsets["low"][(where.topic, where.partition)],
-                                         offsets["high"][(where.topic, where.partition)])
-        for where in partitions}
+        return str(metadata.cluster_id), {
+            (where.topic, where.partition): (offsets["low"][(where.topic, where.partition)],
+                                             offsets["high"][(where.topic, where.partition)])
+            for where in partitions}
+
+    return ask_quietly(options, read, lambda exc, heard: source_error(
+        options, f"cannot read watermarks of {', '.join(topics)} from "
+                 f"{options.bootstrap_servers}", exc, heard))
 
 
 def check_reachable(options: KafkaReadOptions, timeout_s: float) -> None:
     """Raise ClusterUnreachable unless a broker answers a metadata request within
-    `timeout_s` seconds (a bounded check before any work). The client's own log lines are
-    kept out of sight; the last one names the cause (refused, not resolved, ...)."""
-    heard = _Heard()
-    log = logging.getLogger("sharestate.cluster.probe")
-    log.propagate = False
-    log.handlers[:] = [heard]
-    admin = admin_client(replace(options, client={
-        **options.client, "socket.connection.setup.timeout.ms":
-            str(max(int(timeout_s * 1000), 1000))}), logger=log)
-    try:
-        admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
+    `timeout_s` seconds (a bounded check before any work), asked with `ask_quietly`: the
+    client's last error line names the cause (refused, not resolved, ...)."""
+    def unreachable(exc: KafkaException, heard: str | None) -> KafkaSourceError:
         error = exc.args[0] if exc.args else exc
-        admin.poll(0)  # serves the client's queued log lines to `heard`
-        reason = heard.last or (error.str() if hasattr(error, "str") else str(error))
-        raise ClusterUnreachable(options.redact(
+        reason = heard or (error.str() if hasattr(error, "str") else str(error))
+        return ClusterUnreachable(options.redact(
             f"cannot reach the cluster at {options.bootstrap_servers} within {timeout_s:g} s: "
-            f"{reason}")) from None
+            f"{reason}"))
+
+    ask_quietly(replace(options, client={
+        **options.client, "socket.connection.setup.timeout.ms":
+            str(max(int(timeout_s * 1000), 1000))}),
+        lambda admin: admin.list_topics(timeout=timeout_s), unreachable)
 
 
 class _Heard(logging.Handler):
