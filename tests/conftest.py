@@ -6,7 +6,7 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +34,15 @@ def own_lines(err: str) -> list[str]:
     them to file descriptor 2 from its own thread, at any time, once its broker is gone; a
     command that connects to no cluster writes none of its own."""
     return [line for line in err.splitlines() if not _CLIENT_LOG.match(line)]
+
+
+def client_threads() -> int:
+    """librdkafka's threads in this process (it names them `rdk:main`, `rdk:broker...`)."""
+    count = 0
+    for task in Path("/proc/self/task").iterdir():
+        with suppress(FileNotFoundError):  # a thread that ended meanwhile
+            count += (task / "comm").read_text().startswith("rdk:")
+    return count
 
 
 def xdist_worker(config: pytest.Config) -> str | None:

@@ -4,15 +4,17 @@ JVM starts, so these tests need no Spark."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import conformance_dir
+from conftest import client_threads, conformance_dir
 
 from sharestate.app.cli import main
 from sharestate.spark.run import main as run_all
@@ -307,6 +309,34 @@ def test_an_unreachable_cluster_is_one_line_within_the_timeout(
                      "Connection refused")
     assert "Traceback" not in line
     assert not (tmp_path / "wh").exists()
+
+
+@pytest.mark.parametrize("read", ["now", "at_times"])
+def test_end_offsets_from_a_cluster_gone_say_why_quietly_and_leave_no_client(
+        read: str, capfd: pytest.CaptureFixture[str]) -> None:
+    """A cluster gone after run's check, when the analytics read its end offsets (the lag
+    now: `fetch_topic_ends`; through time, `--end-offsets-from kafka://`:
+    `offsets_at_times`): the error names the refused connection, librdkafka's own lines
+    stay off stderr (they were `%3|...|FAIL|...` every 50 ms) and no client thread outlives
+    the error (the exception held the client: its threads went on retrying)."""
+    from sharestate.cluster import KafkaSourceError, fetch_topic_ends, parse_options
+    from sharestate.cluster.kafka_times import offsets_at_times
+
+    address = f"127.0.0.1:{_closed_port()}"
+    options = parse_options({"bootstrap.servers": address, "timeoutMs": "1000"})
+    gc.collect()  # a client an earlier test left, gone now rather than during the call
+    threads = client_threads()
+    with pytest.raises(KafkaSourceError, match=f"cannot read end offsets from {address}: .*"
+                                               f"Connection refused") as failed:
+        if read == "now":
+            fetch_topic_ends(options)
+        else:
+            offsets_at_times(options, {("topic-id", 0): [0]})
+    gc.collect()
+    assert client_threads() <= threads, failed.value  # `failed` holds the exception
+    # errors and warnings about this cluster (a client another test left may log its own)
+    assert not [line for line in re.findall(r"^%[0-4]\|.*", capfd.readouterr().err, re.M)
+                if address in line]
 
 
 def test_credentials_on_the_command_line_are_warned_about(

@@ -7,13 +7,12 @@ import gc
 import json
 import re
 from collections.abc import Iterator
-from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from conftest import conformance_dir
+from conftest import client_threads, conformance_dir
 
 from sharestate.cluster import parse_options, plan_read
 from sharestate.lake import open_lake
@@ -116,15 +115,6 @@ def test_run_reads_a_cluster_without_share_state(groups_only: str, tmp_path: Pat
     assert lake.read(str(tmp_path / "wh" / "log_records")).count() == 1
 
 
-def _client_threads() -> int:
-    """librdkafka's threads in this process (it names them `rdk:main`, `rdk:broker...`)."""
-    count = 0
-    for task in Path("/proc/self/task").iterdir():
-        with suppress(FileNotFoundError):  # a thread that ended meanwhile
-            count += (task / "comm").read_text().startswith("rdk:")
-    return count
-
-
 def test_a_cluster_gone_after_the_check_stops_the_run_with_one_line(
         tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """The cluster answered the check, then stopped answering before ingest planned its
@@ -135,7 +125,7 @@ def test_a_cluster_gone_after_the_check_stops_the_run_with_one_line(
     from sharestate.log import SourceError
     from sharestate.spark.run import parser, run
 
-    threads = _client_threads()
+    threads = client_threads()
     holder = [Producer({"test.mock.num.brokers": 1})]
     address = ",".join(f"{b.host}:{b.port}"
                        for b in holder[0].list_topics(timeout=10).brokers.values())
@@ -153,5 +143,5 @@ def test_a_cluster_gone_after_the_check_stops_the_run_with_one_line(
                                           f"Connection refused") as failed:
         run(args, spark_factory=session_then_gone)  # `main` says it in one line, exit 2
     gc.collect()
-    assert _client_threads() == threads, failed.value  # `failed` holds the exception
+    assert client_threads() == threads, failed.value  # `failed` holds the exception
     assert not re.findall(r"^%[0-4]\|.*", capfd.readouterr().err, re.M)  # errors, warnings

@@ -272,12 +272,13 @@ def resolve_ranges(watermarks: Mapping[tuple[str, int], tuple[int, int]],
 def fetch_topic_ends(options: KafkaReadOptions) -> dict[tuple[str, int], int]:
     """End offset (high watermark: the next offset to be produced, as Kafka's share-group
     lag takes it) of every partition of every user topic of the cluster, keyed by (name,
-    partition) and by (topic id, partition); the internal topics (`__*`) are left out."""
+    partition) and by (topic id, partition); the internal topics (`__*`) are left out.
+    Read with `ask_quietly`."""
     from confluent_kafka import TopicCollection
 
-    admin = admin_client(options)
     timeout = options.timeout_ms / 1000
-    try:
+
+    def read(admin: AdminClient) -> dict[tuple[str, int], int]:
         topics = {name: metadata for name, metadata in
                   admin.list_topics(timeout=timeout).topics.items()
                   if not name.startswith("__") and metadata.error is None}
@@ -300,9 +301,9 @@ def fetch_topic_ends(options: KafkaReadOptions) -> dict[tuple[str, int], int]:
             if where.topic in ids:
                 ends[(ids[where.topic], where.partition)] = high
         return ends
-    except KafkaException as exc:
-        raise source_error(options, f"cannot read end offsets from "
-                                    f"{options.bootstrap_servers}", exc) from None
+
+    return ask_quietly(options, read, lambda exc, heard: source_error(
+        options, f"cannot read end offsets from {options.bootstrap_servers}", exc, heard))
 
 
 def plan_read(options: KafkaReadOptions) -> KafkaPlan:

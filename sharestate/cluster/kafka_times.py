@@ -35,7 +35,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not re-expo
 )
 
 from sharestate.cluster.kafka_options import KafkaReadOptions
-from sharestate.cluster.kafka_plan import KafkaSourceError, admin_client
+from sharestate.cluster.kafka_plan import ask_quietly, source_error
 
 LOG_APPEND_TIME = "LogAppendTime"
 CREATE_TIME = "CreateTime"
@@ -100,10 +100,11 @@ def _offsets(admin: AdminClient, request: Mapping[TopicPartition, Any], timeout:
 def offsets_at_times(options: KafkaReadOptions, wanted: Mapping[tuple[str, int], Sequence[int]]
                      ) -> list[TimedOffset]:
     """The end offset at each wanted time of each (topic id, partition) the cluster has
-    (see the module docstring); times it cannot answer are left out."""
+    (see the module docstring), asked with `ask_quietly`; times it cannot answer are left
+    out."""
     timeout = options.timeout_ms / 1000
-    admin = admin_client(options)
-    try:
+
+    def read(admin: AdminClient) -> list[TimedOffset]:
         names = topic_ids(admin, timeout)
         where = {(topic_id, p): TopicPartition(names[topic_id], p)
                  for topic_id, p in wanted if topic_id in names}
@@ -133,6 +134,6 @@ def offsets_at_times(options: KafkaReadOptions, wanted: Mapping[tuple[str, int],
                 found.append(TimedOffset(tp.topic, key[0], tp.partition, ts[rank], offset,
                                          types.get(tp.topic, CREATE_TIME)))
         return found
-    except KafkaException as exc:
-        raise KafkaSourceError(options.redact(
-            f"cannot read end offsets from {options.bootstrap_servers}: {exc}")) from None
+
+    return ask_quietly(options, read, lambda exc, heard: source_error(
+        options, f"cannot read end offsets from {options.bootstrap_servers}", exc, heard))
