@@ -12,7 +12,7 @@ import pyarrow as pa
 from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 
-from sharestate.spark.jobs.warehouse import one_task_each
+from sharestate.spark.jobs.warehouse import TaskRows
 from sharestate.spark.worker_daemon import installed_first
 
 # the tasks' functions below travel by value: the workers cannot import the tests
@@ -38,15 +38,14 @@ def _seen(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
                           ("files", pa.string()), ("state", pa.binary())]))
 
 
-def test_one_task_each_gives_each_row_its_own_task_in_order(spark: SparkSession) -> None:
+def test_task_rows_give_each_row_its_own_task_in_order(spark: SparkSession) -> None:
     rows = [(f"w{i}", [{"uri": f"file:///s/{i}/{j}", "first_offset": i * 10 + j}
                        for j in range(i % 3)], None if i % 2 else bytes([i, 0, 255]))
             for i in range(7)]
-    df = one_task_each(spark, rows, WORK)
+    df = TaskRows.of(spark, rows, WORK).mapInArrow(
+        _seen, "task int, rows int, name string, files string, state binary")
     assert df.rdd.getNumPartitions() == 7
-    seen = sorted((r.asDict() for r in df.mapInArrow(
-        _seen, "task int, rows int, name string, files string, state binary").collect()),
-                  key=lambda r: r["task"])
+    seen = sorted((r.asDict() for r in df.collect()), key=lambda r: r["task"])
     assert [(r["task"], r["rows"], r["name"]) for r in seen] == [
         (i, 1, f"w{i}") for i in range(7)]
     assert [r["files"] for r in seen] == [repr(files) for _, files, _ in rows]
@@ -54,10 +53,11 @@ def test_one_task_each_gives_each_row_its_own_task_in_order(spark: SparkSession)
                                           for _, _, s in rows]
 
 
-def test_one_task_each_of_nothing_is_no_row(spark: SparkSession) -> None:
-    df = one_task_each(spark, [], WORK)
-    assert df.collect() == []
-    assert df.schema.names == WORK.names
+def test_task_rows_of_nothing_are_one_task_of_no_row(spark: SparkSession) -> None:
+    df = TaskRows.of(spark, [], WORK).mapInArrow(
+        _seen, "task int, rows int, name string, files string, state binary")
+    assert df.rdd.getNumPartitions() == 1
+    assert [(r["task"], r["rows"]) for r in df.collect()] == [(0, 0)]
 
 
 def _pyspark_of_worker(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -31,7 +31,7 @@ Partition columns may be strings, integers, booleans or dates. This package impo
 pyspark only inside functions; it needs Spark only when a backend is used.
 """
 
-from sharestate.lake.base import ActiveFile, Commit, Lake, Produce, TablePath, Target
+from sharestate.lake.base import ActiveFile, Commit, Inputs, Lake, Produce, TablePath, Target
 from sharestate.lake.partitions import PARTITION_TYPES, PartitionSpec
 from sharestate.lake.select import (
     BACKEND_CONF,
@@ -49,6 +49,7 @@ __all__ = [
     "ActiveFile",
     "BackendError",
     "Commit",
+    "Inputs",
     "Lake",
     "PartitionSpec",
     "Produce",

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeAlias
 
 import pyarrow as pa
 
@@ -18,12 +18,21 @@ from sharestate.lake.partitions import PARTITION_TYPES, FileSpec, PartitionSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.pandas._typing import ArrowMapIterFunction
     from pyspark.sql.types import StructType
 
 TablePath = str | Path
 Rows: TypeAlias = "DataFrame | pa.Table"
 """What a write takes: a DataFrame, or a small Arrow table held on the driver (bookkeeping
 rows: no Spark job where the backend can write it directly)."""
+
+
+class Inputs(Protocol):
+    """What `overwrite_many` runs its tasks over: a DataFrame, or anything else that maps
+    an Arrow function over its rows into one (`sharestate.spark.jobs.warehouse.TaskRows`)."""
+
+    def mapInArrow(self, func: ArrowMapIterFunction,
+                   schema: StructType | str) -> DataFrame: ...
 
 
 @dataclass(frozen=True)
@@ -117,7 +126,7 @@ class Lake(ABC):
     def properties(self, path: TablePath) -> dict[str, str]:
         """The table properties (`delta.*` ones and custom ones)."""
 
-    def overwrite_many(self, df: DataFrame, produce: Produce, targets: Mapping[str, Target], *,
+    def overwrite_many(self, df: Inputs, produce: Produce, targets: Mapping[str, Target], *,
                        metadata: Any = None) -> dict[str, int]:
         """Run `produce` on the executors over `df`'s Arrow batches and overwrite each target
         table with the rows it yields for it, in one pass over `df`; one commit per table.

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from sharestate.lake.base import (
+    Inputs,
     Lake,
     Produce,
     Rows,
@@ -42,7 +43,6 @@ from sharestate.lake.data_files import (
 from sharestate.lake.partitions import FileSpec, PartitionSpec, matches, normalize_specs
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
 Specs = list[dict[str, str | None]]
@@ -84,7 +84,7 @@ class DirectLake(Lake):
                   metadata: Any = None) -> int:
         return self._replace(path, self._write(df, path), partitions, metadata)
 
-    def overwrite_many(self, df: DataFrame, produce: Produce, targets: Mapping[str, Target], *,
+    def overwrite_many(self, df: Inputs, produce: Produce, targets: Mapping[str, Target], *,
                        metadata: Any = None) -> dict[str, int]:
         """Each task runs `produce` and writes every table's files itself: one pass, no
         cache; then one commit per table, the tables side by side (`Target.last` ones

@@ -34,6 +34,7 @@ import pyarrow as pa
 from sharestate.lake.base import (
     ActiveFile,
     Commit,
+    Inputs,
     Lake,
     Produce,
     Rows,
@@ -129,7 +130,7 @@ class JvmLake(DirectLake):
         writer.save(_root(path))
         return self.version(path)
 
-    def overwrite_many(self, df: DataFrame, produce: Produce, targets: Mapping[str, Target], *,
+    def overwrite_many(self, df: Inputs, produce: Produce, targets: Mapping[str, Target], *,
                        metadata: Any = None) -> dict[str, int]:
         if all(self._direct(t.path) for t in targets.values()):
             return super().overwrite_many(df, produce, targets, metadata=metadata)

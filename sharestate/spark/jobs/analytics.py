@@ -63,8 +63,8 @@ from sharestate.coordinator.share_state import ShareKey
 from sharestate.lake import ActiveFile, Lake, TablePath, Target, open_lake
 from sharestate.spark.jobs.warehouse import (
     RunReport,
+    TaskRows,
     Warehouse,
-    one_task_each,
     rows_table,
     table_rows,
 )
@@ -255,13 +255,13 @@ def _walk_input(spark: SparkSession, lake: Lake, history: TablePath,
         heapq.heappush(bins, (records + f.records, i, uris, partitions))
     tasks = [(uris, partitions) for _, _, uris, partitions in sorted(bins, reverse=True)
              if uris] or [([], [])]
-    return one_task_each(spark, tasks, HISTORY_FILES).mapInArrow(
+    return TaskRows.of(spark, tasks, HISTORY_FILES).mapInArrow(
         partial(read_history_files, wanted=table(HISTORY_VIEW).arrow_schema(), since=since),
         schema)
 
 
 def _walk_bins(spark: SparkSession, files: list[ActiveFile], since: int | None,
-               saved: Mapping[str, str]) -> tuple[DataFrame, Read] | None:
+               saved: Mapping[str, str]) -> tuple[TaskRows, Read] | None:
     """The walk's tasks with no shuffle (`sharestate.analytics.lag_bins`): one a bin of
     groups, which reads the data files `files` (rows stamped after `since`), and what makes
     its input of a task (its groups' rows, each group's saved walk in `saved` first); None
@@ -278,7 +278,7 @@ def _walk_bins(spark: SparkSession, files: list[ActiveFile], since: int | None,
     partitions = [int(f.partition_values["state_partition"]) for f in read]
     tasks = [(groups, [saved.get(g) for g in groups], uris, partitions) for groups in bins]
     wanted = table(HISTORY_VIEW).arrow_schema()
-    return (one_task_each(spark, tasks or [([], [], [], [])], WALK_BINS),
+    return (TaskRows.of(spark, tasks or [([], [], [], [])], WALK_BINS),
             partial(bin_inputs, wanted=wanted, since=since))
 
 

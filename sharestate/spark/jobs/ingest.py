@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sharestate.cluster.kafka_options import KAFKA_SCHEME, source_options
-from sharestate.lake import ActiveFile, Lake, Produce, Target, open_lake
+from sharestate.lake import ActiveFile, Inputs, Lake, Produce, Target, open_lake
 from sharestate.log import DEFAULT_LIMITS, ReadLimits, Segment, SourceError, discover, segment_of
 from sharestate.log.index import split_points
 from sharestate.replay.logs import checkpointed_starts, loose_logs
@@ -24,8 +24,8 @@ from sharestate.replay.loose_partitions import loose_partitions
 from sharestate.spark.jobs.warehouse import (
     SILVER,
     RunReport,
+    TaskRows,
     Warehouse,
-    one_task_each,
     rows_table,
     table_rows,
 )
@@ -105,7 +105,7 @@ SPLIT_BYTES = 64 << 20
 def _segment_splits(spark: SparkSession, lake: Lake, warehouse: Warehouse,
                     segments: Sequence[Segment], full: bool, report: RunReport,
                     split_bytes: int = SPLIT_BYTES
-                    ) -> tuple[DataFrame | None, dict[str, tuple[int, int]], Numbers]:
+                    ) -> tuple[TaskRows | None, dict[str, tuple[int, int]], Numbers]:
     """The splits of the new or changed segments (one per file, or per byte range between
     offset-index positions for large segments), one task each; what they read; and the
     topic and partition of each loose segment (`loose_partitions`)."""
@@ -138,7 +138,7 @@ def _segment_splits(spark: SparkSession, lake: Lake, warehouse: Warehouse,
               for start, end in _ranges(split_points(Path(path), size, split_bytes))]
     ranges.sort(key=lambda r: (r[2] if r[2] is not None else todo[r[0]][0]) - r[1],
                 reverse=True)
-    return one_task_each(spark, ranges, tasks.SPLITS), todo, numbers
+    return TaskRows.of(spark, ranges, tasks.SPLITS), todo, numbers
 
 
 Numbers = dict[str, tuple[str, int]]
@@ -214,7 +214,7 @@ Covered = tuple[Coverage, dict[tuple[str, int], int], list[dict[str, Any]]]
 partitions of earlier runs of the segments it read again (stale: their findings are gone)."""
 
 
-def _write_bronze(spark: SparkSession, lake: Lake, warehouse: Warehouse, inputs: DataFrame,
+def _write_bronze(spark: SparkSession, lake: Lake, warehouse: Warehouse, inputs: Inputs,
                   produce: Produce, sizes: dict[str, tuple[int, int]],
                   meta: dict[str, str | None], report: RunReport, silver: bool,
                   sources: dict[PartitionKey, str] | str) -> None:

@@ -21,16 +21,16 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
 from sharestate.analytics.audit import rules_of
-from sharestate.lake import ActiveFile, Lake, Produce, Target, open_lake
+from sharestate.lake import ActiveFile, Inputs, Lake, Produce, Target, open_lake
 from sharestate.lake.partitions import FileSpec, PartitionSpec
 from sharestate.log import INTERNAL_TOPICS
 from sharestate.records.catalog import SHARE_STATE_TOPIC
 from sharestate.replay.logs import AsOf, past_end_line
-from sharestate.spark.jobs.warehouse import RunReport, Warehouse, one_task_each, table_rows
+from sharestate.spark.jobs.warehouse import RunReport, TaskRows, Warehouse, table_rows
 from sharestate.tables import gold_pass, tasks
 from sharestate.tables.log_changes import went_back_offset
 from sharestate.tables.replay_state import resumable, state_log_start
@@ -47,7 +47,7 @@ goes on from its state replaces them."""
 class Plan:
     """What the replay reads and how it writes: its input, its task and its targets."""
 
-    inputs: DataFrame
+    inputs: Inputs
     produce: Produce
     targets: dict[str, Target]
     notes: list[str]
@@ -143,7 +143,7 @@ def _plan(spark: SparkSession, lake: Lake, warehouse: Warehouse,
                "audit_findings": Target(warehouse.path("audit_findings"),
                                         [{"rule": rule} for rule in RULES]) if mixed
                else Target(warehouse.path("audit_findings"), [], drop=audit, appends=True)}
-    return Plan(one_task_each(spark, work, tasks.REPLAY_TASKS),
+    return Plan(TaskRows.of(spark, work, tasks.REPLAY_TASKS),
                 partial(tasks.replay_partitions, options=options), targets, notes)
 
 

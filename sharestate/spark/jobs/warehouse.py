@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from sharestate.lake import Lake
 from sharestate.tables.spec import table, table_names
+
+if TYPE_CHECKING:
+    from pyspark.sql.pandas._typing import ArrowMapIterFunction
+    from pyspark.sql.types import StructType
 
 SILVER = ("share_state_records", "group_records")
 """The decode job's tables (ingest writes them too when it runs with decode)."""
@@ -77,9 +82,33 @@ def rows_table(rows: list[dict[str, Any]], name: str) -> pa.Table:
 
 
 
-def one_task_each(spark: SparkSession, rows: list[tuple[Any, ...]],
-                  schema: pa.Schema) -> DataFrame:
-    """`rows` as a DataFrame of one partition per row, scheduled in list order (give the
-    largest work first: the last tasks to start are then the short ones)."""
-    return spark.createDataFrame(spark.sparkContext.parallelize(rows, max(1, len(rows))),
-                                 from_arrow_schema(schema))
+@dataclass(frozen=True)
+class TaskRows:
+    """Rows of work, one Spark task each, scheduled in list order (give the largest work
+    first: the last tasks to start are then the short ones). The rows travel inside the
+    tasks' function, so each task's Python worker gets its row with the function it runs:
+    no Python pass of their own, no broadcast."""
+
+    spark: SparkSession
+    rows: pa.Table
+
+    @classmethod
+    def of(cls, spark: SparkSession, rows: list[tuple[Any, ...]], schema: pa.Schema
+           ) -> TaskRows:
+        """`rows` (tuples in `schema`'s column order) as tasks."""
+        return cls(spark, pa.Table.from_pylist(
+            [dict(zip(schema.names, row, strict=True)) for row in rows], schema=schema))
+
+    def mapInArrow(self, func: ArrowMapIterFunction, schema: StructType | str) -> DataFrame:
+        """`func` over each task's row (a batch of the rows' schema), as a DataFrame; no
+        rows are one task of none (`func` runs once over no batch)."""
+        tasks = max(1, self.rows.num_rows)
+        return self.spark.range(0, tasks, 1, tasks).mapInArrow(
+            partial(_rows_at, rows=self.rows, func=func), schema)
+
+
+def _rows_at(ids: Iterator[pa.RecordBatch], rows: pa.Table,
+             func: ArrowMapIterFunction) -> Iterator[pa.RecordBatch]:
+    """`func` over the rows of `rows` at the indexes `ids` holds (a task's `spark.range`)."""
+    indexes = [i for batch in ids for i in batch.column(0).to_pylist() if i < rows.num_rows]
+    return func(iter(rows.take(indexes).to_batches()) if indexes else iter(()))
