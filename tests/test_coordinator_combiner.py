@@ -251,6 +251,15 @@ def test_invalid_batches_cover_nothing() -> None:
     assert combine(normalized, (B(9, 7, 4, 3),), -1) == normalized
 
 
+@pytest.mark.timeout(10)
+def test_treeset_drops_invalid_batches_instead_of_looping() -> None:
+    """Kafka's TreeSet loop resolves [0, 2] against [2, 0] into the same pair forever."""
+    assert combine_treeset((B(0, 2, 0, 1),), (B(2, 0, 0, 2),), -1) == (B(0, 2, 0, 1),)
+    so_far = (B(117, 128, 0, 3), B(131, 128, 2, 5), B(151, 166, 4, 1))
+    new = (B(120, 131, 0, 5),)
+    assert combine_treeset(so_far, new, 117) == combine(so_far, new, 117)
+
+
 def test_treeset_can_leave_equal_runs_split() -> None:
     """Kafka <= 4.3 emits (98, 103) before (104, 109) is made from the overlap that follows."""
     so_far = (B(98, 103, 4, 5), B(104, 105, 0, 1))

@@ -13,8 +13,9 @@ offset it agrees with `combine`, but it can leave contiguous equal runs split, a
 state of those versions holds exactly those splits. The tests check both against a literal
 model of the Java code, and `combine` against a per-offset brute force.
 
-A batch with first > last covers no offset and is dropped by `combine` (Kafka's combiners
-mis-merge or reject it; the shard reports such records). `combine` has two paths with the same
+A batch with first > last covers no offset and is dropped by both (Kafka's combiners
+mis-merge or reject it, and its TreeSet one can loop forever on it; the shard reports such
+records). `combine` has two paths with the same
 result: a general event sweep, and a splice path taken when `so_far` is a previous result of
 `combine` (sorted, disjoint and coalesced by construction), which inserts each new batch with
 two bisections. Both functions are tuple-in/tuple-out, so a native twin can replace them.
@@ -201,7 +202,9 @@ def combine_treeset(so_far: Sequence[StateBatch], new: Sequence[StateBatch],
 
     Per offset it gives the same result as `combine`, but a batch it has already emitted is
     never revisited, so a later piece with the same (count, state) right after it stays a
-    separate batch. Kafka 4.0 to 4.3 store exactly that; 4.4's sweep coalesces.
+    separate batch. Kafka 4.0 to 4.3 store exactly that; 4.4's sweep coalesces. A batch with
+    first > last is dropped before merging: Kafka's loop never ends on one that overlaps
+    another (say [0, 2] and [2, 0]).
     """
     batches: list[StateBatch] = []
     _prune_into(so_far, start_offset, batches)
@@ -209,7 +212,7 @@ def combine_treeset(so_far: Sequence[StateBatch], new: Sequence[StateBatch],
     if len(batches) < 2:
         return tuple(batches)
     # Entries are (first, last, count, state): the TreeSet order; equal entries collapse.
-    pending = sorted({(b[0], b[1], b[3], b[2]) for b in batches})
+    pending = sorted({(b[0], b[1], b[3], b[2]) for b in batches if b[0] <= b[1]})
     out: list[tuple[int, int, int, int]] = []
     lo = 0  # pending[:lo] is already in out
     while (i := _first_mergeable(pending, lo)) >= 0:
