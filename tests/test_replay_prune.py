@@ -10,8 +10,9 @@ from typing import Any
 from conftest import conformance_dir
 
 from sharestate.log import discover
+from sharestate.log.log_starts import log_starts
 from sharestate.records.segment import DecodedBatch
-from sharestate.replay.logs import AsOf, partition_logs
+from sharestate.replay.logs import AsOf, checkpointed_starts, partition_logs
 from sharestate.replay.prune import COMPACT_AFTER, PruneLedger, prune_recommendation
 from sharestate.replay.rows import state_rows
 from sharestate.replay.share_log import replay_share_log
@@ -184,6 +185,22 @@ def test_a_checkpointed_start_past_the_log_end_is_a_finding(tmp_path: Path) -> N
         assert f"past the end of its segments (offset {end})" in finding.message
         assert state_rows(result) == state_rows(whole)
         assert prune_recommendation(result) == prune_recommendation(whole)
+
+
+def test_checkpoint_lines_kafka_cannot_write_are_skipped(tmp_path: Path) -> None:
+    """A start in digits that are not ASCII, or past int64, is not Kafka's (Long.parseLong
+    refuses both): the line is skipped like any malformed one. int() of '²' raised and
+    state, prune and offsets exited 70; 10^23 reached the pipeline's log_start_offsets
+    table and its run exited 70 (an int64 column)."""
+    folder = conformance_dir("kafka-4.4-dev")
+    (tmp_path / "__share_group_state-0").mkdir()
+    shutil.copy(folder / "share_codec_gzip.log",
+                tmp_path / "__share_group_state-0" / f"{0:020d}.log")
+    for bad in ("²", "99999999999999999999999", "-9223372036854775809"):
+        (tmp_path / "log-start-offset-checkpoint").write_text(
+            f"0\n2\n__share_group_state 0 {bad}\n__consumer_offsets 3  12\n")
+        assert log_starts(tmp_path) == {("__consumer_offsets", 3): 12}
+        assert checkpointed_starts(discover([tmp_path])) == {}
 
 
 def test_an_empty_partition_starts_and_ends_where_kafka_says(tmp_path: Path) -> None:

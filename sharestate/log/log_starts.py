@@ -11,23 +11,27 @@ that much, never lead it.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from sharestate.log.files import read_regular
 
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 
+_LINE = re.compile(r"(\S+) ([0-9]+) (-?[0-9]+)", re.ASCII)
+
 
 def log_starts(root: Path) -> dict[tuple[str, int], int]:
     """The checkpointed log start of each partition of the log.dirs `root`; {} when the
-    file is absent or unreadable."""
+    file is absent or unreadable. A line Kafka could not have written (not `topic partition
+    offset` in ASCII digits, the offset outside int64) is skipped."""
     try:
         lines = read_regular(root / LOG_START_CHECKPOINT).decode("utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
         return {}
     starts = {}
     for line in lines[2:]:
-        parts = line.split()
-        if len(parts) == 3 and parts[1].isdigit() and parts[2].lstrip("-").isdigit():
-            starts[(parts[0], int(parts[1]))] = int(parts[2])
+        found = _LINE.fullmatch(" ".join(line.split()))
+        if found and -(1 << 63) <= (offset := int(found[3])) < 1 << 63:
+            starts[(found[1], int(found[2]))] = offset
     return starts
