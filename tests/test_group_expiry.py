@@ -94,6 +94,11 @@ CASES: list[tuple[str, Group | None, str, CommittedOffset, bool,
     ("share group", ShareGroup("g"), "t", _commit(), False,
      (None, ExpiryReason.SHARE_GROUP, None)),
     ("group gone", None, "t", _commit(), False, (None, ExpiryReason.NO_GROUP, None)),
+    # a damaged commit timestamp: base + retention past int64 made the pipeline's
+    # consumer_group_offsets rows (and api.consumer_group_offsets) raise OverflowError
+    ("retention ending past int64 never expires", ClassicGroup("g"), "t",
+     CommittedOffset(5, None, "", (1 << 63) - 2, None, 0, None, None), False,
+     (None, ExpiryReason.COMMIT_TIMESTAMP, (1 << 63) - 2)),
 ]
 
 

@@ -26,6 +26,9 @@ from sharestate.coordinator.group_offsets import CommittedOffset, GroupOffsets
 from sharestate.coordinator.groups import ClassicGroup, Group, ShareGroup
 
 DEFAULT_RETENTION_MINUTES = 10080
+MAX_TIMESTAMP = (1 << 63) - 1
+"""Kafka's timestamps are int64 ms: an offset whose retention ends past this never expires
+(Kafka's `now - base >= retention` never holds), and no int64 column could hold the time."""
 
 
 class ExpiryReason(StrEnum):
@@ -87,6 +90,8 @@ def forecast_offset(group: Group | None, topic: str, commit: CommittedOffset,
         return None, ExpiryReason.PENDING_TRANSACTION, base, None
     if commit.expire_timestamp is not None:
         return commit.expire_timestamp, ExpiryReason.EXPLICIT_EXPIRE_TIMESTAMP, base, None
+    if base + retention_ms > MAX_TIMESTAMP:
+        return None, reason, base, f"the retention ends past {MAX_TIMESTAMP} ms"
     return base + retention_ms, reason, base, None
 
 
