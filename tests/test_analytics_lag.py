@@ -9,11 +9,13 @@ from conftest import conformance_dir
 
 from sharestate.analytics.context import StateContext, in_flight, live_states
 from sharestate.analytics.lag import FILE, LIVE, STATE, lag_rows, share_lag, topic_names
+from sharestate.analytics.redelivery import redelivery_rows
 from sharestate.coordinator.group_metadata import SharePartitionMetadata, ShareTopic
 from sharestate.coordinator.share_state import ShareKey, SharePartitionState, StateBatch
 from sharestate.log import discover
 from sharestate.replay.logs import partition_logs
 from sharestate.replay.share_log import replay_share_log
+from sharestate.tables.gold_pass import rows_of
 from sharestate.tables.spec import table
 
 KEY = ShareKey("g", "tid", 0)
@@ -63,6 +65,26 @@ def test_only_records_at_or_above_the_spso_count() -> None:
     lag = share_lag(state, 110)
     assert lag.terminal_in_state == 2  # archiving (3) and acquired (1) are not terminal
     assert (lag.records(1), lag.records(3), lag.lag) == (1, 2, 110 - 103 - 2)
+
+
+def test_damaged_offsets_give_rows_that_fit_the_table() -> None:
+    """Offsets at int64's ends (CRC-valid records of a damaged writer) made lag figures no
+    int64 holds, and the pipeline's share_group_lag and redelivery rows raised OverflowError
+    (sharestate run exited 70): a start near int64's low end has no lag, a batch is counted
+    only over the offsets a record can have (0 to 2^63 - 2), overlapping counts stop at
+    int64's largest value."""
+    top = (1 << 63) - 1
+    states = [_state(-top - 1, (5, 9, 0, 1)), _state(100, (100, top, 4, 5)),
+              _state(-1, (-top - 1, 9, 2, 2), (0, top, 2, 3), (0, top, 4, 3))]
+    assert share_lag(states[0], 120).lag is None
+    assert list(in_flight(states[1])) == [StateBatch(100, top - 1, 4, 5)]
+    assert share_lag(states[1]).end_offset == top
+    assert share_lag(states[2]).terminal_in_state == top
+    context = StateContext("__share_group_state", 0, None, None)
+    for state in states:
+        rows_of("share_group_lag", list(lag_rows([(KEY, state)], context, end_offsets={
+            ("tid", 0): top})))
+        rows_of("redelivery", list(redelivery_rows([(KEY, state)], context)))
 
 
 def test_unknown_end_offset_source_is_rejected() -> None:

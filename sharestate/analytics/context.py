@@ -10,10 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from sharestate.coordinator.offsets_manager import LONG_MAX
 from sharestate.coordinator.shard import ShareShard
 from sharestate.coordinator.share_state import ShareKey, SharePartitionState, StateBatch
 from sharestate.replay.logs import UNKNOWN_PARTITION
 from sharestate.replay.share_log import ShareLogResult
+
+LAST_RECORD_OFFSET = LONG_MAX - 1
+"""The highest offset a record can have: the log end offset after it is an int64."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,14 +50,17 @@ def in_flight(state: SharePartitionState) -> Iterator[StateBatch]:
 
     Kafka's combiner already drops and clips batches below the start offset on every update,
     but a snapshot is stored as written; this applies the same rule. With SPSO -1 (not
-    initialized) every batch is in flight.
+    initialized) every batch is in flight. Batches are also clipped to the offsets a record
+    can have, 0 to `LAST_RECORD_OFFSET`: a damaged offset beyond them holds no record (and a
+    count of its records would overflow the tables' int64 columns).
     """
-    start = state.start_offset
+    start = max(state.start_offset, 0)
     for batch in state.batches:
         first, last = batch[0], batch[1]
-        if last < start or last < first:
+        if last < start or last < first or first > LAST_RECORD_OFFSET:
             continue
-        if first < start:
-            yield StateBatch(start, last, batch[2], batch[3])
+        if first < start or last > LAST_RECORD_OFFSET:
+            yield StateBatch(max(first, start), min(last, LAST_RECORD_OFFSET), batch[2],
+                             batch[3])
         else:
             yield batch

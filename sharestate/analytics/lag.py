@@ -17,6 +17,9 @@ Choices made here:
   offset after the last in-flight record, or the SPSO when there is none. That is a lower
   bound, so `lag_is_lower_bound` is true and the lag is a lower bound too.
 - The lag is not clamped: a negative lag means the given end offset is older than the state.
+  Damaged states can make figures no int64 holds: a lag that is none (a start offset near
+  int64's ends) is unknown (None), record counts of overlapping batches stop at int64's
+  largest value.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any, Final
 
 from sharestate.analytics.context import StateContext, in_flight
 from sharestate.coordinator.group_metadata import SharePartitionMetadata
+from sharestate.coordinator.offsets_manager import LONG_MAX
 from sharestate.coordinator.share_state import ShareKey, SharePartitionState
 
 LIVE: Final = "live"
@@ -79,7 +83,8 @@ def share_lag(state: SharePartitionState, end_offset: int | None = None,
     max_count: int | None = None
     last = -1
     for first_offset, last_offset, delivery_state, delivery_count in in_flight(state):
-        counts[delivery_state] = counts.get(delivery_state, 0) + last_offset - first_offset + 1
+        counts[delivery_state] = min(counts.get(delivery_state, 0) + last_offset
+                                     - first_offset + 1, LONG_MAX)
         batches += 1
         if max_count is None or delivery_count > max_count:
             max_count = delivery_count
@@ -87,11 +92,13 @@ def share_lag(state: SharePartitionState, end_offset: int | None = None,
     if end_offset is None:
         end_offset_source = STATE
         end_offset = max(last + 1, start) if batches or start != -1 else None
-    terminal = counts.get(ACKNOWLEDGED, 0) + counts.get(ARCHIVED, 0)
+    terminal = min(counts.get(ACKNOWLEDGED, 0) + counts.get(ARCHIVED, 0), LONG_MAX)
     complete = state.delivery_complete_count
     lag = None
     if start != -1 and end_offset is not None:
         lag = end_offset - start - (complete if complete >= 0 else terminal)
+        if not -LONG_MAX - 1 <= lag <= LONG_MAX:
+            lag = None
     return ShareLag(start, end_offset, end_offset_source, counts, batches, max_count,
                     complete, terminal, lag)
 
