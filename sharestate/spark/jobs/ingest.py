@@ -171,7 +171,8 @@ def _ranges(starts: list[int]) -> list[tuple[int, int | None]]:
 
 def _kafka_raw(spark: SparkSession, lake: Lake, warehouse: Warehouse, uri: str, full: bool,
                extra: dict[str, str], timeout: float | None) -> tuple[DataFrame, KafkaPlan]:
-    """The live cluster's records from where the last run's chunks began, and the plan read
+    """The live cluster's records from where the last run's chunks began (with bronze's rows
+    of them below a log start that moved into them: `_below_log_start`), and the plan read
     (what a consumer cannot see, each partition's log start)."""
     from dataclasses import replace
 
@@ -191,7 +192,32 @@ def _kafka_raw(spark: SparkSession, lake: Lake, warehouse: Warehouse, uri: str, 
         if (key := (r.topic, r.partition)) in covered else r for r in plan.ranges))
     register(spark)
     raw = spark.read.format(NAME).options(**options).options(**plan.offsets_options()).load()
-    return raw, plan
+    kept = _below_log_start(lake, warehouse, uri, plan)
+    return (raw if kept is None else raw.unionByName(kept)), plan
+
+
+def _below_log_start(lake: Lake, warehouse: Warehouse, source: str, plan: KafkaPlan
+                     ) -> DataFrame | None:
+    """Bronze's rows of the chunks the plan reads again from past their first offset (Kafka's
+    log start moved into them: deleteRecords), below where it reads, in the raw schema:
+    written again with the chunk, they stay in bronze as a segment Kafka deleted does, and
+    a replay going on from its state still finds what the moved start forgot (None: none)."""
+    from sharestate.spark.kafka_source import RAW_STRUCT
+
+    below = [(r.topic, r.partition, first, r.start) for r in plan.ranges
+             if r.start < r.end and (first := bronze_rows.chunk_of(r.start)) < r.start]
+    if not below or _empty(lake, warehouse.path("log_records")):
+        return None
+    rows = lake.read(warehouse.path("log_records")).where(
+        (F.col("source") == source) & F.col("offset").isNotNull())
+    wanted = F.lit(False)
+    for topic, partition, first, start in below:
+        wanted = wanted | ((F.col("topic") == topic) & (F.col("partition") == partition)
+                           & (F.col("segment") == first) & (F.col("offset") < start))
+    return rows.where(wanted).select(*(
+        F.lit(None).cast(f.dataType).alias(f.name) if f.name == "headers"
+        else F.col(f.name).cast(f.dataType) for f in RAW_STRUCT.fields)).sortWithinPartitions(
+        "topic", "partition", "offset")
 
 
 

@@ -101,7 +101,8 @@ def _plan(spark: SparkSession, lake: Lake, warehouse: Warehouse,
     mixed = _mixed(lake.active_files(warehouse.path("audit_findings")) or [])
     states = {} if full or mixed else {
         key: row for key, row in _states(lake, warehouse, options).items()
-        if reads.below(*key, row["committed_at"]) is None}
+        if reads.below(*key, row["committed_at"]) is None
+        and _continues(row, starts.get(key[0], {}).get(key[1]))}
     for key in states:
         by_partition.setdefault(key, [])
     work = []
@@ -145,6 +146,15 @@ def _plan(spark: SparkSession, lake: Lake, warehouse: Warehouse,
                else Target(warehouse.path("audit_findings"), [], drop=audit, appends=True)}
     return Plan(TaskRows.of(spark, work, tasks.REPLAY_TASKS),
                 partial(tasks.replay_partitions, options=options), targets, notes)
+
+
+def _continues(state: dict[str, Any], start: int | None) -> bool:
+    """Whether a partition can go on from its `replay_state` row with Kafka's log start now
+    at `start`: not when the start lies past the offset after the state's last applied one
+    (the coordinator pruned records no run read, such as a deleted group's tombstones): it
+    is replayed from the log start, as the coordinator loads it."""
+    above = state["last_applied_offset"]
+    return start is None or above is None or start <= above + 1
 
 
 def _mixed(files: list[ActiveFile]) -> bool:
