@@ -296,3 +296,46 @@ def test_quality_section_is_complete_and_offline() -> None:
     assert "&quot;lag&quot;: -4" in section
     assert "need network access" in section
     assert '<a href="#quality">' in page  # "Needs attention" points at it
+
+
+TOP = (1 << 63) - 1
+"""int64's largest value: CRC-valid records of a damaged writer can hold it."""
+
+
+def test_values_at_int64s_ends_still_give_a_page(spark: Any) -> None:
+    """A warehouse of states and commits with offsets and timestamps at int64's ends: the
+    queries' sums and differences overflowed (ARITHMETIC_OVERFLOW), an unknown lag failed
+    int(NaN) and such a time failed pandas and datetime, each exit 70. Now an overflowing
+    figure is null and shows as "?", such a time as its milliseconds."""
+    views = {
+        "share_group_lag": ("group_id string, lag bigint, as_of_timestamp bigint, "
+                            "lag_is_lower_bound boolean, topic string, topic_id string, "
+                            "partition int", [("g", TOP, TOP, False, "t", "id", 0),
+                                              ("g", TOP, -TOP - 1, False, "t", "id", 1)]),
+        "share_partition_state": (
+            "start_offset bigint, state_batches array<struct<first_offset: bigint, "
+            "last_offset: bigint, delivery_state: int, delivery_count: int>>",
+            [(-TOP - 1, [(-TOP - 1, TOP, 0, 1)])]),
+        "redelivery": ("group_id string, topic_id string, partition int, records bigint, "
+                       "delivery_count int, delivery_state int, poison boolean",
+                       [("g", "id", 0, TOP, 2, 4, True), ("g", "id", 0, TOP, 3, 4, True)]),
+        "share_group_lag_history": (
+            "group_id string, time bigint, lag bigint, exact boolean, "
+            "lag_is_lower_bound boolean, partitions int, scope string",
+            [("g", -TOP - 1, 1, True, False, 1, "group"), ("g", TOP, 2, True, False, 1,
+                                                             "group")])}
+    for name, (schema, rows) in views.items():
+        spark.createDataFrame(rows, schema).createOrReplaceTempView(name)
+    try:
+        frames = _frames(**{name: spark.sql(QUERIES[name]).toPandas() for name in (
+            "current_lag", "delivery_counts", "hot_spots", "lag_over_time")})
+    finally:
+        for name in views:
+            spark.catalog.dropTempView(name)
+    assert frames["current_lag"]["lag"].isna().all()
+    frames["offsets"] = pd.DataFrame([{
+        "group_id": "cg", "topic": "t", "partition": 0, "record_offset": 0, "event": "applied",
+        "committed_offset": 1, "time_ms": TOP, "txn_outcome": None, "commits": 1}])
+    frames["last_run"] = pd.DataFrame({"ingest_run": ["r"], "finished_at": [-TOP - 1]})
+    page = render(ReportData("/wh", 0, frames=frames))
+    assert f"{-TOP - 1} ms" in page

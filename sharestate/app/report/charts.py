@@ -30,7 +30,7 @@ def _layout(fig: go.Figure, *, height: int = 340, **settings: Any) -> go.Figure:
 def _times(values: Any) -> Any:
     import pandas as pd
 
-    return pd.to_datetime(values, unit="ms", utc=True)
+    return pd.to_datetime(values, unit="ms", utc=True, errors="coerce")
 
 
 def group_colors(*groups: Any) -> dict[str, str]:
@@ -58,6 +58,7 @@ def lag_over_time(series: Any, current: Any, colors: dict[str, str]) -> go.Figur
     state alone is often orders of magnitude below them, so the panels keep theirs."""
     if series.empty and current.empty:
         return None
+    import pandas as pd
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=1, cols=2, column_widths=[0.72, 0.28], horizontal_spacing=0.09,
@@ -92,7 +93,7 @@ def lag_over_time(series: Any, current: Any, colors: dict[str, str]) -> go.Figur
             x=[str(g) for g in current["group_id"]], y=current["lag"], showlegend=False,
             marker={"color": [colors[str(g)] for g in current["group_id"]],
                     "pattern": {"shape": ["/" if flag else "" for flag in lower_now]}},
-            text=[f"≥ {int(v):,}" if flag else f"{int(v):,}"
+            text=["?" if pd.isna(v) else f"≥ {int(v):,}" if flag else f"{int(v):,}"
                   for v, flag in zip(current["lag"], lower_now, strict=True)],
             textposition="outside", cliponaxis=False,
             customdata=["lower bound" if flag else "exact" for flag in lower_now],

@@ -27,38 +27,42 @@ QUERIES: dict[str, str] = {
         WITH rows AS (
           SELECT group_id, time, lag, exact, lag_is_lower_bound AS lower_bound, partitions
           FROM share_group_lag_history WHERE scope = 'group' AND lag IS NOT NULL),
-        span AS (SELECT min(time) AS t0, greatest(max(time) - min(time), 1) AS width
+        span AS (SELECT min(time) AS t0, greatest(try_subtract(max(time), min(time)), 1) AS width
                  FROM rows),
         picked AS (
           SELECT group_id,
                  max_by(struct(time, lag, exact, lower_bound, partitions),
                         struct(exact, time)) AS p
           FROM rows CROSS JOIN span
-          GROUP BY group_id, least(CAST(floor((time - t0) * {TIME_BUCKETS} / width) AS INT),
+          GROUP BY group_id, least(CAST(floor(try_multiply(try_subtract(time, t0),
+                                                         {TIME_BUCKETS}) / width) AS INT),
                                    {TIME_BUCKETS} - 1))
         SELECT group_id, p.time AS time_ms, p.lag, p.exact, p.lower_bound, p.partitions
         FROM picked ORDER BY group_id, time_ms""",
     "current_lag": """
-        SELECT group_id, sum(lag) AS lag, max(as_of_timestamp) AS time_ms,
+        SELECT group_id, try_sum(lag) AS lag, max(as_of_timestamp) AS time_ms,
                bool_or(lag_is_lower_bound) AS lower_bound, count(*) AS partitions
         FROM share_group_lag GROUP BY group_id ORDER BY group_id""",
     "delivery_counts": """
         SELECT b.delivery_count, b.delivery_state,
-               sum(b.last_offset - greatest(b.first_offset, s.start_offset) + 1) AS records
+               try_sum(try_add(try_subtract(b.last_offset,
+                                            greatest(b.first_offset, s.start_offset)), 1))
+                 AS records
         FROM share_partition_state s LATERAL VIEW explode(s.state_batches) t AS b
         WHERE b.last_offset >= s.start_offset
         GROUP BY b.delivery_count, b.delivery_state ORDER BY 1, 2""",
     "hot_spots": f"""
         SELECT r.group_id, coalesce(l.topic, r.topic_id) AS topic, r.partition,
-               sum(CASE WHEN r.delivery_count >= 2 THEN r.records ELSE 0 END) AS redelivered,
-               sum(CASE WHEN r.delivery_state = 4 AND NOT r.poison THEN r.records ELSE 0 END)
-                 AS archived,
-               sum(CASE WHEN r.poison THEN r.records ELSE 0 END) AS poison,
+               try_sum(CASE WHEN r.delivery_count >= 2 THEN r.records ELSE 0 END)
+                 AS redelivered,
+               try_sum(CASE WHEN r.delivery_state = 4 AND NOT r.poison THEN r.records ELSE 0
+                       END) AS archived,
+               try_sum(CASE WHEN r.poison THEN r.records ELSE 0 END) AS poison,
                max(r.delivery_count) AS max_delivery_count, count(*) AS ranges
         FROM redelivery r LEFT JOIN share_group_lag l
           ON r.group_id = l.group_id AND r.topic_id = l.topic_id AND r.partition = l.partition
         GROUP BY r.group_id, coalesce(l.topic, r.topic_id), r.partition
-        ORDER BY redelivered + poison DESC, archived DESC, max_delivery_count DESC
+        ORDER BY try_add(redelivered, poison) DESC, archived DESC, max_delivery_count DESC
         LIMIT {TOP_HOT_SPOTS}""",
     "prune": """
         SELECT state_partition, prune_offset, log_start_offset, log_end_offset,

@@ -429,7 +429,11 @@ def _outcome(value: Any) -> str:
 
 
 def _time(ms: int) -> str:
-    moment = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+    """`ms` as a UTC time; past the years a datetime holds (a damaged timestamp), as ms."""
+    try:
+        moment = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+    except (ValueError, OverflowError, OSError):
+        return f"{ms} ms"
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
