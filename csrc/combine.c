@@ -8,8 +8,14 @@
  */
 #include "native.h"
 
+/* Offsets are held in 128 bits: a batch may end at int64's largest value, and the sweep's
+ * end events (last + 1) and the splice's neighbours (first - 1, last + 1) pass it. Every
+ * result lies within the inputs' offsets, so it narrows back to int64 exactly. */
+typedef __int128 Off;
+
 typedef struct {
-    long long first, last, state, count;
+    Off first, last;
+    long long state, count;
     PyObject *obj; /* borrowed source object when the batch is unchanged, else NULL */
 } B;
 
@@ -47,13 +53,16 @@ static int load(PyObject *seq, long long start, Vec *out) {
             return -1;
         }
         B b;
-        if (as_ll(PyTuple_GET_ITEM(t, BATCH_FIRST_OFFSET), &b.first) < 0
-            || as_ll(PyTuple_GET_ITEM(t, BATCH_LAST_OFFSET), &b.last) < 0
+        long long first, last;
+        if (as_ll(PyTuple_GET_ITEM(t, BATCH_FIRST_OFFSET), &first) < 0
+            || as_ll(PyTuple_GET_ITEM(t, BATCH_LAST_OFFSET), &last) < 0
             || as_ll(PyTuple_GET_ITEM(t, BATCH_DELIVERY_STATE), &b.state) < 0
             || as_ll(PyTuple_GET_ITEM(t, BATCH_DELIVERY_COUNT), &b.count) < 0) {
             Py_DECREF(fast);
             return -1;
         }
+        b.first = first;
+        b.last = last;
         b.obj = PyTuple_GET_SIZE(t) == BATCH_SIZE ? t : NULL;
         if (start != -1) {
             if (b.last < start) continue;
@@ -69,7 +78,7 @@ static int higher(long long c1, long long s1, long long c2, long long s2) {
     return c1 > c2 || (c1 == c2 && s1 > s2);
 }
 
-static B mk(long long first, long long last, long long state, long long count) {
+static B mk(Off first, Off last, long long state, long long count) {
     B b = { first, last, state, count, NULL };
     return b;
 }
@@ -89,7 +98,8 @@ static int normalized(const Vec *v) {
 
 /* Insert b into the normalized base, keeping it normalized (port of `_splice`). */
 static int splice(Vec *base, B b, Vec *scratch) {
-    long long f = b.first, last = b.last, s = b.state, c = b.count;
+    Off f = b.first, last = b.last;
+    long long s = b.state, c = b.count;
     Py_ssize_t lo = 0, hi = base->n;
     while (lo < hi) { /* first index with entry.last >= f - 1 */
         Py_ssize_t mid = (lo + hi) / 2;
@@ -106,7 +116,7 @@ static int splice(Vec *base, B b, Vec *scratch) {
     if (i == j) {
         if (vec_push(scratch, b) < 0) return -1;
     } else {
-        long long pos = f, run = 0;
+        Off pos = f, run = 0;
         int has_run = 0;
         for (Py_ssize_t k = i; k < j; k++) {
             B e = base->v[k];
@@ -160,7 +170,7 @@ static int splice(Vec *base, B b, Vec *scratch) {
     return 0;
 }
 
-typedef struct { long long off; int begin; long long count, state; } Event;
+typedef struct { Off off; int begin; long long count, state; } Event;
 
 static int event_cmp(const void *a, const void *b) {
     const Event *x = a, *y = b;
@@ -189,8 +199,9 @@ static int sweep(const Vec *in, Vec *out) {
         }
     }
     qsort(events, (size_t)ne, sizeof(Event), event_cmp);
-    long long run_first = 0, run_last = 0, cur = 0, rc = 0, rs = 0;
-    int has_run = 0, rc_ok = 0;
+    Off run_first = 0, run_last = 0, cur = 0;
+    long long rc = 0, rs = 0;
+    int has_run = 0;
     for (Py_ssize_t k = 0; k < ne; k++) {
         Event *e = &events[k];
         if (e->off != cur) {
@@ -219,7 +230,6 @@ static int sweep(const Vec *in, Vec *out) {
             active[a] = active[--na];
         }
     }
-    (void)rc_ok;
     if (has_run && vec_push(out, mk(run_first, run_last, rs, rc)) < 0) goto fail;
     PyMem_Free(events);
     PyMem_Free(active);
@@ -250,7 +260,8 @@ static PyObject *batch_object(const B *b) {
     PyObject *t = ((PyTypeObject *)state_batch_type)->tp_alloc((PyTypeObject *)state_batch_type,
                                                                BATCH_SIZE);
     if (!t) return NULL;
-    long long v[BATCH_SIZE] = { [BATCH_FIRST_OFFSET] = b->first, [BATCH_LAST_OFFSET] = b->last,
+    long long v[BATCH_SIZE] = { [BATCH_FIRST_OFFSET] = (long long)b->first,
+                                [BATCH_LAST_OFFSET] = (long long)b->last,
                                 [BATCH_DELIVERY_STATE] = b->state,
                                 [BATCH_DELIVERY_COUNT] = b->count };
     for (int i = 0; i < BATCH_SIZE; i++) {

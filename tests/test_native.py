@@ -349,6 +349,30 @@ def test_native_combine_matches_python(so_far: list[StateBatch], new: list[State
     assert combine(base, new, start) == combine_py(base, new, start)
 
 
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+_EDGE_OFFSETS = st.sampled_from([INT64_MIN, INT64_MIN + 1, INT64_MIN + 2, -1, 0, 1, 2,
+                                 INT64_MAX - 2, INT64_MAX - 1, INT64_MAX])
+_EDGE_BATCH = st.builds(StateBatch, _EDGE_OFFSETS, _EDGE_OFFSETS, st.integers(0, 4),
+                        st.integers(0, 4))
+
+
+def test_native_combine_at_int64s_end() -> None:
+    """A batch ending at int64's largest offset: the one after it is past int64."""
+    so_far, new = (StateBatch(5, INT64_MAX, 0, 1),), (StateBatch(10, 20, 2, 2),)
+    assert combine(so_far, new, -1) == combine_py(so_far, new, -1) == (
+        StateBatch(5, 9, 0, 1), StateBatch(10, 20, 2, 2), StateBatch(21, INT64_MAX, 0, 1))
+
+
+@settings(max_examples=2000, deadline=None)
+@given(so_far=st.lists(_EDGE_BATCH, max_size=6), new=st.lists(_EDGE_BATCH, max_size=4),
+       start=st.sampled_from([-1, 0, 2, INT64_MAX - 1, INT64_MAX]), normalize=st.booleans())
+def test_native_combine_matches_python_at_int64s_ends(so_far: list[StateBatch],
+                                                      new: list[StateBatch], start: int,
+                                                      normalize: bool) -> None:
+    base: Any = combine_py(so_far, [], -1) if normalize else tuple(so_far)
+    assert combine(base, new, start) == combine_py(base, new, start)
+
+
 def test_native_replay_with_history_matches_python(monkeypatch: pytest.MonkeyPatch) -> None:
     from sharestate.replay.logs import partition_logs
     from sharestate.replay.share_log import replay_share_log
