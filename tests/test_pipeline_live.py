@@ -125,6 +125,7 @@ def test_a_cluster_gone_after_the_check_stops_the_run_with_one_line(
     from sharestate.log import SourceError
     from sharestate.spark.run import parser, run
 
+    gc.collect()  # a client an earlier test left, gone now rather than during the run
     threads = client_threads()
     holder = [Producer({"test.mock.num.brokers": 1})]
     address = ",".join(f"{b.host}:{b.port}"
@@ -143,5 +144,7 @@ def test_a_cluster_gone_after_the_check_stops_the_run_with_one_line(
                                           f"Connection refused") as failed:
         run(args, spark_factory=session_then_gone)  # `main` says it in one line, exit 2
     gc.collect()
-    assert client_threads() == threads, failed.value  # `failed` holds the exception
-    assert not re.findall(r"^%[0-4]\|.*", capfd.readouterr().err, re.M)  # errors, warnings
+    assert client_threads() <= threads, failed.value  # `failed` holds the exception
+    # errors and warnings about this cluster (a client another test left may log its own)
+    assert not [line for line in re.findall(r"^%[0-4]\|.*", capfd.readouterr().err, re.M)
+                if address in line]
