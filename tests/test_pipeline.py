@@ -7,6 +7,7 @@ replayed (`*.final_state.*`, `*.states.jsonl`) and with the core's `replay_share
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -319,6 +320,48 @@ def test_every_damaged_batch_has_its_decode_errors_row(spark: Any, tmp_path: Pat
                (tmp_path / "rows.jsonl").read_text("utf-8").splitlines()]
     assert sorted(r["offset"] for r in rows(spark, tmp_path / "wh", "log_records")) == \
         sorted(r["offset"] for r in decoded if r["error"] is None)
+
+
+def test_overlapping_segments_are_one_offset_order_finding(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partition folder holding a second segment that repeats the first one's tail, which
+    no sound log holds (a log cleaner's output replaces the segments it merged): the run
+    applies each offset once, so its state is the clean log's, and records one
+    `offset_order` finding naming both segments and the offsets repeated, exiting 1 as
+    `sharestate state` does over the folder; a second run over it (going on from its state)
+    adds none, nor does a third where the lake cannot list bronze's files."""
+    from sharestate import api
+    from sharestate.app.cli import main as cli
+    from sharestate.lake.rs import RsLake
+    from sharestate.log import Batch, read_batches
+
+    data = (conformance_dir("kafka-4.4-dev") / "share_codec_none.log").read_bytes()
+    clean = tmp_path / "clean" / "__share_group_state-0"
+    clean.mkdir(parents=True)
+    (clean / "00000000000000000000.log").write_bytes(data)
+    batches = [b.header for b in read_batches(io.BytesIO(data)) if isinstance(b, Batch)]
+    tail, end = batches[len(batches) // 2], batches[-1].last_offset
+    target = tmp_path / "logs" / "__share_group_state-0"
+    target.mkdir(parents=True)
+    (target / "00000000000000000000.log").write_bytes(data)
+    (target / f"{tail.base_offset:020d}.log").write_bytes(data[tail.position:])
+    assert cli(["state", str(tmp_path / "logs"), "-o", str(tmp_path / "state.jsonl")]) == 1
+    for attempt in range(3):
+        if attempt == 2:
+            monkeypatch.setattr(RsLake, "active_files", lambda self, path: None)
+        assert run(spark, tmp_path / "logs", tmp_path / "wh") == 1
+        found = rows(spark, tmp_path / "wh", "audit_findings", "rule = 'offset_order'")
+        assert [(f["topic"], f["partition"], f["offset"], f["severity"],
+                 json.loads(f["detail_json"])) for f in found] == [
+            ("__share_group_state", 0, tail.base_offset, "error",
+             {"segment": tail.base_offset, "overlapped_segment": 0,
+              "first_offset": tail.base_offset, "last_offset": end})]
+        assert rows(spark, tmp_path / "wh", "audit_findings",
+                    "severity <> 'info' AND rule <> 'offset_order'") == []
+    state = sorted(map(repr, rows(spark, tmp_path / "wh", "share_partition_state")))
+    assert state and state == sorted(map(repr, api.share_partition_states([clean]).to_pylist()))
+    assert sorted(map(repr, rows(spark, tmp_path / "wh", "prune_recommendations"))) == \
+        sorted(map(repr, api.prune_points([clean]).to_pylist()))
 
 
 def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,6 +17,11 @@ Rules, severity, and what feeds them:
   `pending_discarded` info (`transactional-acks` semantics). Past a partition's first
   `--max-findings` they are counted, not listed (`FindingCap`, as `state` does):
   `omitted_findings` (`omitted_finding_rows`), one per code, of that code's severity.
+- `overlap_finding_rows` (`sharestate.tables.gold_pass`, from bronze files' statistics):
+  `offset_order`, error; a segment read together with another one (the same ingest run)
+  whose offsets it overlaps. A sound log's segments never overlap (a log cleaner's output
+  replaces the segments it merged, through a `.swap` file); the CLI refuses the batches
+  going back with `offset_order` findings, the replay applies each offset once.
 - `log_finding_rows` (framing, CRC, decompression, undecodable records of either topic):
   `decode_error`, error.
 - `cross_topic_rows` (share groups' metadata against the keys with state, `share_checks`):
@@ -92,6 +97,7 @@ RULES: Final[Mapping[str, Rule]] = {
     "snapshot_tombstone_replay_failed": Rule(WARNING, "replay"),
     "pending_discarded": Rule(INFO, "replay"),
     "omitted_findings": Rule(WARNING, "replay"),
+    "offset_order": Rule(ERROR, "replay"),
     "orphaned_state": Rule(WARNING, "analytics"),
     "initialized_without_state": Rule(WARNING, "analytics"),
     "stuck_deleting": Rule(WARNING, "analytics"),

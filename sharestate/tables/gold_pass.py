@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from sharestate.analytics.audit import (
     ShareAuditor,
     TransactionAuditor,
+    finding_row,
     omitted_finding_rows,
     shard_finding_rows,
 )
@@ -134,11 +135,19 @@ Earlier = Callable[[int], Iterable[pa.RecordBatch]]
 below its log start (`read_partition_files` of them)."""
 
 
+Overlaps = Mapping[int, list[dict[str, Any]]]
+"""The `offset_order` findings of a topic's partitions' overlapping segments, by partition
+(`overlap_finding_rows`)."""
+
+
 def share_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions,
-               log_starts: LogStarts | None = None) -> Iterator[Rows]:
+               log_starts: LogStarts | None = None,
+               overlaps: Overlaps | None = None) -> Iterator[Rows]:
     """Gold rows for bronze rows of `__share_group_state` (see the module), every partition
-    replayed from its log start."""
+    replayed from its log start (with its `overlaps` findings)."""
     for partition, slices in column_runs(rows, "partition"):
+        if (overlaps or {}).get(partition):
+            yield rows_of("audit_findings", list((overlaps or {})[partition]))
         yield from share_partition_gold(partition, slices, options,
                                         log_start=(log_starts or {}).get(partition, 0))
 
@@ -214,10 +223,14 @@ def share_partition_gold(partition: int, rows: Iterable[pa.RecordBatch],
 
 
 def group_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions,
-               log_starts: LogStarts | None = None) -> Iterator[Rows]:
+               log_starts: LogStarts | None = None,
+               overlaps: Overlaps | None = None) -> Iterator[Rows]:
     """Gold rows for bronze rows of `__consumer_offsets` (see the module), each partition
-    read from the batch holding its log start (`log_starts`), as the coordinator loads it."""
+    read from the batch holding its log start (`log_starts`), as the coordinator loads it
+    (with its `overlaps` findings)."""
     for partition, slices in column_runs(rows, "partition"):
+        if (overlaps or {}).get(partition):
+            yield rows_of("audit_findings", list((overlaps or {})[partition]))
         dialect, slices = _first_dialect(slices)
         history = OffsetHistory(partition)
         auditor = TransactionAuditor(CONSUMER_OFFSETS_TOPIC, partition)
@@ -293,6 +306,49 @@ def read_partition_files(partition: int, files: Sequence[BronzeFile], *,
             rows = rows.filter(keep)
             yield rows.append_column("partition", pa.repeat(pa.scalar(partition, pa.int32()),
                                                             rows.num_rows))
+
+
+def overlap_finding_rows(topic: str, partition: int, files: Sequence[BronzeFile], *,
+                         above: int | None = None) -> list[dict[str, Any]]:
+    """An `offset_order` audit finding per segment that overlaps the offsets of another
+    segment of the partition read with it (the same `read_at`: one ingest run found both in
+    the source), from the files' statistics alone (`read_partition_files` reads the same
+    files; it merges such segments, each offset once, the copy of the lower segment).
+
+    A sound log's segments never overlap: a segment Kafka's log cleaner rewrote replaces the
+    segments it merged (a crash mid-clean leaves a `.cleaned` or `.swap` file, not a second
+    `.log`), so only a segment read again after the cleaner ran (another `read_at`) repeats
+    offsets bronze holds, and that is no finding. Segments read together that overlap are a
+    damaged log dir (a segment copied in, say); `sharestate decode`/`state` refuse their
+    batches that go back, with `offset_order` findings. Each finding names both segments
+    and the offsets the later one repeats; `above`: only the files the replay reads."""
+    spans: dict[tuple[int, int], list[int]] = {}  # (read_at, segment) -> [first, last]
+    for f in files:
+        last = f.last_offset if f.below is None else min(f.last_offset, f.below - 1)
+        if (above is not None and last <= above) or last < f.first_offset:
+            continue
+        span = spans.setdefault((f.read_at, f.segment), [f.first_offset, last])
+        span[0], span[1] = min(span[0], f.first_offset), max(span[1], last)
+    rows = []
+    reach: dict[int, tuple[int, int, int]] = {}  # read_at -> the segment reaching furthest
+    for (at, segment), (first, last) in sorted(spans.items(),
+                                               key=lambda item: (item[1], item[0][1])):
+        before = reach.get(at)
+        if before is not None and first <= before[2]:
+            other, other_first, other_last = before
+            end = min(last, other_last)
+            rows.append(finding_row(
+                "offset_order",
+                f"segment {segment} (offsets {first} to {last}) overlaps segment {other} "
+                f"(offsets {other_first} to {other_last}), read with it: offsets {first} "
+                f"to {end} go back, which no sound log's segments do; each offset is "
+                f"applied once, the copy of the lowest segment holding it",
+                topic=topic, partition=partition, offset=first,
+                detail={"segment": segment, "overlapped_segment": other,
+                        "first_offset": first, "last_offset": end}))
+        if before is None or last > before[2]:
+            reach[at] = (segment, first, last)
+    return rows
 
 
 def _with_segment(rows: _Rows, segment: int) -> _Rows:

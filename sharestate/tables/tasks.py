@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -124,6 +125,10 @@ def replay_partitions(tasks: Iterator[pa.RecordBatch], options: GoldOptions) -> 
                 partition, start = task["partition"], task.get("log_start") or 0
                 files = [BronzeFile(**f) for f in task["files"]]
                 rows = read_partition_files(partition, files, above=task.get("above"))
+                overlaps = gold_pass.overlap_finding_rows(task["topic"], partition, files,
+                                                          above=task.get("above"))
+                if overlaps:
+                    yield gold_pass.rows_of("audit_findings", overlaps)
                 if task["topic"] == SHARE_STATE_TOPIC:
                     yield from gold_pass.share_partition_gold(
                         partition, rows, options, task.get("state"), log_start=start,
@@ -140,13 +145,18 @@ def _earlier(partition: int, files: list[BronzeFile], log_start: int, since: int
 
 
 def replay_rows(rows: Iterator[pa.RecordBatch], options: GoldOptions,
-                log_starts: Mapping[str, gold_pass.LogStarts] | None = None) -> Iterator[Rows]:
+                log_starts: Mapping[str, gold_pass.LogStarts] | None = None,
+                overlaps: Mapping[str, Mapping[int, list[dict[str, Any]]]] | None = None
+                ) -> Iterator[Rows]:
     """Replay bronze rows ordered by (topic, partition, offset) into the gold tables, each
-    partition from the batch holding its log start (`log_starts`, by topic)."""
+    partition from the batch holding its log start (`log_starts`, by topic), with the
+    `offset_order` findings of its overlapping segments (`overlaps`, by topic: the driver
+    found them in `ingest_runs`)."""
     with collector_paused():
         for topic, slices in gold_pass.column_runs(rows, "topic"):
             starts = (log_starts or {}).get(topic)
+            found = (overlaps or {}).get(topic)
             if topic == SHARE_STATE_TOPIC:
-                yield from gold_pass.share_gold(slices, options, starts)
+                yield from gold_pass.share_gold(slices, options, starts, found)
             else:
-                yield from gold_pass.group_gold(slices, options, starts)
+                yield from gold_pass.group_gold(slices, options, starts, found)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -89,8 +89,8 @@ def _plan(spark: SparkSession, lake: Lake, warehouse: Warehouse,
         ).sortWithinPartitions("topic", "partition", "offset")
         whole["audit_findings"] = Target(warehouse.path("audit_findings"),
                                          [{"rule": rule} for rule in RULES])
-        return Plan(ordered, partial(tasks.replay_rows, options=options, log_starts=starts),
-                    whole, notes)
+        return Plan(ordered, partial(tasks.replay_rows, options=options, log_starts=starts,
+                                     overlaps=_overlaps(reads)), whole, notes)
     by_partition: dict[tuple[str, int], list[ActiveFile]] = {}
     for f in files:
         if f.records:
@@ -171,13 +171,33 @@ def _states(lake: Lake, warehouse: Warehouse, options: gold_pass.GoldOptions
     return {(row["topic"], row["partition"]): row for row in rows if resumable(row, options)}
 
 
+def _overlaps(reads: Reads) -> dict[str, dict[int, list[dict[str, Any]]]]:
+    """The `offset_order` findings of segments read together that overlap, by topic and
+    partition, from `ingest_runs` (each segment's offsets as last read): what the replay
+    tasks find from the bronze files' statistics where the lake lists them
+    (`gold_pass.overlap_finding_rows`)."""
+    files: dict[tuple[str, int], list[gold_pass.BronzeFile]] = {}
+    for (topic, partition, segment), (first, last) in reads.spans.items():
+        at = reads.read_at[(topic, partition, segment)]
+        files.setdefault((topic, partition), []).append(gold_pass.BronzeFile(
+            "", segment, first, last, at, reads.below(topic, partition, at)))
+    found: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    for (topic, partition), group in files.items():
+        rows = gold_pass.overlap_finding_rows(topic, partition, group)
+        if rows:
+            found.setdefault(topic, {})[partition] = rows
+    return found
+
+
 @dataclass
 class Reads:
     """What `ingest_runs` says of bronze: when each segment was last read, and where each
-    partition's log went back (offset, when it was found)."""
+    partition's log went back (offset, when it was found); `spans`: each segment's first
+    and last offset as last read (one that held records)."""
 
     read_at: dict[tuple[str, int, int], int]
     went_back: dict[tuple[str, int], list[tuple[int, int]]]
+    spans: dict[tuple[str, int, int], tuple[int, int]] = field(default_factory=dict)
 
     def below(self, topic: str, partition: int, read_at: int) -> int | None:
         """The offset from which rows read at `read_at` are of a log that is gone."""
@@ -187,15 +207,20 @@ class Reads:
 
 def _reads(lake: Lake, warehouse: Warehouse) -> Reads:
     runs = lake.read_arrow(warehouse.path("ingest_runs"),
-                           ["job", "topic", "partition", "segment", "first_offset", "note",
-                            "finished_at"])
+                           ["job", "topic", "partition", "segment", "first_offset",
+                            "last_offset", "note", "finished_at"])
     reads = Reads({}, {})
     for row in runs.to_pylist():
         if row["job"] != "ingest" or row["segment"] is None:
             continue
         key = (row["topic"], row["partition"], row["segment"])
         at = row["finished_at"] or 0
-        reads.read_at[key] = max(reads.read_at.get(key, 0), at)
+        if at >= reads.read_at.get(key, 0):
+            reads.read_at[key] = at
+            if row["first_offset"] is not None and row["last_offset"] is not None:
+                reads.spans[key] = (row["first_offset"], row["last_offset"])
+            else:
+                reads.spans.pop(key, None)
         offset = went_back_offset(row["note"])
         if offset is not None:
             reads.went_back.setdefault(key[:2], []).append((offset, at))
