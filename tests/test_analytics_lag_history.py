@@ -25,6 +25,7 @@ from sharestate.analytics.end_offsets import (
     sampled,
     timelines,
 )
+from sharestate.analytics.lag import share_lag
 from sharestate.analytics.lag_history import (
     GROUP,
     HISTORY_COLUMNS,
@@ -37,6 +38,7 @@ from sharestate.analytics.lag_history import (
     walk_groups,
 )
 from sharestate.analytics.lag_state import ends_allow, group_state, state_row
+from sharestate.coordinator.share_state import SharePartitionState, StateBatch
 from sharestate.log import CREATE_TIME, LOG_APPEND_TIME, RawRecord, build_batch
 from sharestate.log.end_offsets import data_partitions, end_offsets_at, topic_id_of
 from sharestate.tables.spec import table
@@ -378,3 +380,40 @@ def test_lag_inputs_count_the_state_where_its_batches_are() -> None:
     assert [(r["time"], r["complete"], r["state_end"]) for r in found] == [
         (1, 3 + 3, 18), (2, 7, 18), (3, 0, None), (4, None, 5), (5, 4, 4), (6, 0, 40)]
     assert [r["record_offset"] for r in found] == [0, 1, 2, 3, 5, 6]
+
+
+def test_lag_inputs_at_int64s_ends_are_what_share_lag_counts() -> None:
+    """A batch ending at 2^63 - 1 made the offset after it, and counts of its records, wrap
+    in numpy (state_end 0 and complete -2^63 for [0, 2^63 - 1] acknowledged; the pure walk's
+    lag of that failed the run): the inputs are `share_lag`'s end offset and terminal count
+    (batches clipped as `in_flight` clips them, counts stopping at 2^63 - 1)."""
+    top = (1 << 63) - 1
+    states = [(0, [(5, top, 0, 1)]), (0, [(0, top, 2, 1)]), (-top - 1, [(0, top, 2, 1)]),
+              (top, [(-top - 1, top, 4, 1)]), (0, [(0, top, 2, 1), (0, top, 4, 3), (3, 4, 2, 1)]),
+              (top - 1, [(top - 1, top, 0, 1)]), (-1, [(-top - 1, 9, 2, 2), (0, top, 4, 3)])]
+    history = pa.Table.from_pylist([
+        {"group_id": "g", "topic_id": "T", "partition": i, "state_partition": 0,
+         "record_offset": i, "timestamp": 1, "deleted": False, "start_offset": spso,
+         "delivery_complete_count": -1, "state_batches": [dict(zip(
+             ("first_offset", "last_offset", "delivery_state", "delivery_count"), x,
+             strict=True)) for x in batches]}
+        for i, (spso, batches) in enumerate(states)],
+        schema=table("share_partition_state_history").arrow_schema()).select(
+        list(HISTORY_COLUMNS)).to_batches()[0]
+    found = [(r["complete"], r["state_end"]) for r in lag_inputs(history).to_pylist()]
+    expected = []
+    for spso, batches in states:
+        lag = share_lag(SharePartitionState(0, 0, 0, spso, -1, None, None, tuple(
+            StateBatch(*b) for b in batches)))
+        expected.append((lag.terminal_in_state, lag.end_offset))
+    assert found == expected
+    assert found[1] == (top, top)
+
+
+def test_a_group_lag_outside_int64_is_unknown() -> None:
+    """Two share-partitions lagging 2^63 - 1 each (damaged states): their sum is no int64,
+    and the pure walk's rows failed to fit the table (the run exited 70)."""
+    top = (1 << 63) - 1
+    rows = [HistoryRow("g", "T", p, 0, p, 10 + p, False, 0, 0, top) for p in (0, 1)]
+    lags = [(r.scope, r.lag) for r in lag_history_rows(rows, {})]
+    assert lags == [(SHARE_PARTITION, top), (GROUP, top), (SHARE_PARTITION, top), (GROUP, None)]

@@ -33,8 +33,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from sharestate.analytics.context import LAST_RECORD_OFFSET
 from sharestate.analytics.end_offsets import STATE, UNKNOWN, Estimate, Timeline, Where
 from sharestate.analytics.lag import ACKNOWLEDGED, ARCHIVED
+from sharestate.coordinator.offsets_manager import LONG_MAX
 
 SHARE_PARTITION: Final = "share_partition"
 GROUP: Final = "group"
@@ -53,12 +55,14 @@ INPUT_SCHEMA: Final = pa.schema([
 
 def lag_inputs(batch: pa.RecordBatch) -> pa.RecordBatch:
     """History rows (`HISTORY_COLUMNS`) with a time -> the walk's input (`INPUT_SCHEMA`),
-    the state's part of Kafka's formula computed over the batches, column-wise: `complete`
-    is Kafka's deliveryCompleteCount, or the acknowledged and archived records at or above
-    the SPSO when it is unknown (null without batches); `state_end` the state's own lower
-    bound of the end offset: the offset after its last batch at or above the SPSO, at least
-    the SPSO (null without an SPSO). A batch counts when its last offset is at or above the
-    SPSO and its first (the `in_flight` rule); a null field leaves it out."""
+    the state's part of Kafka's formula computed over the batches, column-wise, as
+    `sharestate.analytics.lag.share_lag` computes it over `in_flight`: `complete` is Kafka's
+    deliveryCompleteCount, or the acknowledged and archived records at or above the SPSO
+    when it is unknown (null without batches; at most int64's largest value); `state_end`
+    the state's own lower bound of the end offset: the offset after its last batch at or
+    above the SPSO, at least the SPSO (null without an SPSO). A batch counts as far as it
+    lies at or above the SPSO (and 0) and at or below `LAST_RECORD_OFFSET`; one with
+    last < first, or a null field, is left out."""
     batch = batch.filter(pc.is_valid(batch.column("timestamp")))
     n = batch.num_rows
     lists = batch.column("state_batches")
@@ -68,17 +72,18 @@ def lag_inputs(batch: pa.RecordBatch) -> pa.RecordBatch:
     (first, first_ok), (last, last_ok), (state, state_ok) = (
         _int64(pc.struct_field(flat, name))
         for name in ("first_offset", "last_offset", "delivery_state"))
-    low = spso[rows]
-    held = first_ok & last_ok & spso_ok[rows] & (last >= low) & (last >= first)
+    low = np.maximum(spso[rows], 0)
+    held = (first_ok & last_ok & spso_ok[rows] & (last >= low) & (last >= first)
+            & (first <= LAST_RECORD_OFFSET))
+    first = np.maximum(first, low)
+    last = np.minimum(last, LAST_RECORD_OFFSET)
     top = np.full(n, np.iinfo(np.int64).min)
     np.maximum.at(top, rows[held], last[held] + 1)
     state_end = np.maximum(top, spso)
     done = held & state_ok & ((state == ACKNOWLEDGED) | (state == ARCHIVED))
-    counted = np.zeros(n, np.int64)
-    np.add.at(counted, rows[done], last[done] - np.maximum(first[done], low[done]) + 1)
     dcc, dcc_ok = _int64(batch.column("delivery_complete_count"))
     known = dcc_ok & (dcc >= 0)
-    complete = np.where(known, dcc, counted)
+    complete = np.where(known, dcc, _record_counts(n, rows[done], first[done], last[done]))
     lists_ok = lists.is_valid().to_numpy(zero_copy_only=False)
     return pa.RecordBatch.from_arrays([
         *(batch.column(name) for name in ("group_id", "topic_id", "partition",
@@ -86,6 +91,22 @@ def lag_inputs(batch: pa.RecordBatch) -> pa.RecordBatch:
                                           "deleted", "start_offset")),
         pa.array(complete, mask=~(known | lists_ok)), pa.array(state_end, mask=~spso_ok),
     ], schema=INPUT_SCHEMA)
+
+
+def _record_counts(n: int, rows: np.ndarray[Any, Any], first: np.ndarray[Any, Any],
+                   last: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """The records of the batches [first, last] (each of at most int64's largest value
+    records) of each of `n` rows, `rows` saying whose each batch is; a sum past int64's
+    largest value is that value. The sums are exact in int64 below 2^62 (their float sums
+    say which are), the others are summed in Python."""
+    sizes = last - first + 1
+    counted = np.zeros(n, np.int64)
+    np.add.at(counted, rows, sizes)
+    rough = np.zeros(n, np.float64)
+    np.add.at(rough, rows, sizes.astype(np.float64))
+    for row in np.flatnonzero(rough >= 2.0 ** 62):
+        counted[row] = min(int(sizes[rows == row].astype(object).sum()), LONG_MAX)
+    return counted
 
 
 def lag_input_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -250,10 +271,12 @@ class _Totals:
             self.lower += sign * lag.lower_bound
 
     def row(self, group: str, t: int) -> LagRow:
+        """The group's row at `t`; a sum outside int64 (damaged states' lags) is unknown."""
         some = self.members > 0
         return LagRow(GROUP, group, t, None, None, None, None, None, None, None, None, None,
                       None, some and not self.inexact, not some or self.lower > 0,
-                      self.lag if some else None, self.members)
+                      self.lag if some and -LONG_MAX - 1 <= self.lag <= LONG_MAX else None,
+                      self.members)
 
 
 def _share_partition_row(row: HistoryRow, topic: str | None, lag: StateLag | None) -> LagRow:
