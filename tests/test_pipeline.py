@@ -364,6 +364,70 @@ def test_overlapping_segments_are_one_offset_order_finding(
         sorted(map(repr, api.prune_points([clean]).to_pylist()))
 
 
+
+def _overlapping_folder(root: Path) -> tuple[Path, Any, int]:
+    """A partition folder of share_codec_none.log and a copy of its tail (a second segment);
+    (the folder, the copy's first batch header, the log's last offset)."""
+    from sharestate.log import Batch, read_batches
+
+    data = (conformance_dir("kafka-4.4-dev") / "share_codec_none.log").read_bytes()
+    batches = [b.header for b in read_batches(io.BytesIO(data)) if isinstance(b, Batch)]
+    tail = batches[len(batches) // 2]
+    target = root / "__share_group_state-0"
+    target.mkdir(parents=True)
+    (target / "00000000000000000000.log").write_bytes(data)
+    (target / f"{tail.base_offset:020d}.log").write_bytes(data[tail.position:])
+    return target, tail, batches[-1].last_offset
+
+
+def test_an_overlap_past_the_stop_point_is_reported_as_the_cli_does(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sharestate state --as-of-offset` reads the segments in order and stops at the first
+    record past the point: the copied segment (offsets going back) is read, and refused with
+    offset_order findings, only when the point is at or past the end of the segment it
+    repeats. The run reported the overlap whatever its stop point; it now does as the CLI
+    (exit 0 and no finding before that end, exit 1 and the finding from it on), by offset
+    and by time alike, and where the lake cannot list bronze's files."""
+    from sharestate.app.cli import main as cli
+    from sharestate.lake.rs import RsLake
+
+    _, tail, end = _overlapping_folder(tmp_path / "logs")
+    cases = [("--as-of-offset", str(end - 5), str(end)),
+             ("--as-of-time", "1760000000054", "1760000000059"), ("", str(end - 5), str(end))]
+    for case, (flag, before, after) in enumerate(cases):
+        if not flag:  # the offsets again, the overlaps found by the driver
+            flag = "--as-of-offset"
+            monkeypatch.setattr(RsLake, "active_files", lambda self, path: None)
+        for point, expected in ((before, 0), (after, 1)):
+            warehouse = tmp_path / f"wh-{case}-{expected}"
+            assert cli(["state", str(tmp_path / "logs"), flag, point, "-o",
+                        str(tmp_path / "state.jsonl")]) == expected, (flag, point)
+            assert run(spark, tmp_path / "logs", warehouse, flag, point) == expected
+            found = rows(spark, warehouse, "audit_findings", "rule = 'offset_order'")
+            assert [f["offset"] for f in found] == [tail.base_offset] * expected, (flag, point)
+
+
+def test_an_overlap_survives_a_segment_read_again_alone(spark: Any, tmp_path: Path) -> None:
+    """The copied segment touched (its modification time changed, its bytes not) is read again
+    by the next run, alone: a later run replaying from the log start without reading them
+    again (a stop point, another `--max-findings`, another sharestate) took the two segments
+    for ones read apart (a log cleaner's rewrite) and lost the finding. Segments read
+    together keep being so while their offsets are the ones read then."""
+    target, tail, end = _overlapping_folder(tmp_path / "logs")
+    warehouse = tmp_path / "wh"
+    assert run(spark, tmp_path / "logs", warehouse) == 1
+    copy = target / f"{tail.base_offset:020d}.log"
+    later = time.time() + 60
+    os.utime(copy, (later, later))
+    assert run(spark, tmp_path / "logs", warehouse) == 1
+    reads = rows(spark, warehouse, "ingest_runs", "job = 'ingest'")
+    assert sorted(r["segment"] for r in reads) == [0, tail.base_offset, tail.base_offset]
+    for extra in ((), ("--max-findings", "99"), ("--as-of-offset", str(end))):
+        assert run(spark, tmp_path / "logs", warehouse, *extra) == 1, extra
+        found = rows(spark, warehouse, "audit_findings", "rule = 'offset_order'")
+        assert [f["offset"] for f in found] == [tail.base_offset], extra
+
+
 def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_all(["--warehouse"]) == 2
     assert run_all(["--warehouse", "w", "--as-of-time", "soon"]) == 2

@@ -44,7 +44,7 @@ from sharestate.coordinator.share_rules import DEFAULT_SNAPSHOT_UPDATE_RECORDS_P
 from sharestate.log import DEFAULT_MAX_FINDINGS
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.records.segment import FindingCap
-from sharestate.replay.group_log import replay_group_log
+from sharestate.replay.group_log import GroupReplay
 from sharestate.replay.logs import END, AsOf
 from sharestate.replay.prune import prune_recommendation
 from sharestate.replay.share_log import ShareReplay, share_state
@@ -135,9 +135,11 @@ Earlier = Callable[[int], Iterable[pa.RecordBatch]]
 below its log start (`read_partition_files` of them)."""
 
 
-Overlaps = Mapping[int, list[dict[str, Any]]]
-"""The `offset_order` findings of a topic's partitions' overlapping segments, by partition
-(`overlap_finding_rows`)."""
+Reached = Callable[[int | None], list[dict[str, Any]]]
+"""The `offset_order` findings of a partition's overlapping segments that a replay reading
+every record up to an offset (None: all of them) reaches (`overlap_finding_rows`)."""
+Overlaps = Mapping[int, Reached]
+"""`Reached` of each partition of a topic with overlapping segments."""
 
 
 def share_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions,
@@ -146,16 +148,15 @@ def share_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions,
     """Gold rows for bronze rows of `__share_group_state` (see the module), every partition
     replayed from its log start (with its `overlaps` findings)."""
     for partition, slices in column_runs(rows, "partition"):
-        if (overlaps or {}).get(partition):
-            yield rows_of("audit_findings", list((overlaps or {})[partition]))
         yield from share_partition_gold(partition, slices, options,
-                                        log_start=(log_starts or {}).get(partition, 0))
+                                        log_start=(log_starts or {}).get(partition, 0),
+                                        overlaps=(overlaps or {}).get(partition))
 
 
 def share_partition_gold(partition: int, rows: Iterable[pa.RecordBatch],
                          options: GoldOptions, state: bytes | None = None, *,
-                         log_start: int = 0, earlier: Earlier | None = None
-                         ) -> Iterator[Rows]:
+                         log_start: int = 0, earlier: Earlier | None = None,
+                         overlaps: Reached | None = None) -> Iterator[Rows]:
     """Gold rows of one `__share_group_state` partition: its bronze rows replayed from its
     log start, or with `state` (its `replay_state` row's) from that state, `rows` being the
     ones above it. Either way the history, audit findings and shard findings of the records
@@ -167,7 +168,8 @@ def share_partition_gold(partition: int, rows: Iterable[pa.RecordBatch],
     from the batch holding it, as the coordinator loads the log; one that goes on from a
     state made when the log started earlier keeps its state, as a coordinator that kept
     running while it pruned does, and forgets the batches below it (`earlier` gives the rows
-    it read from the state's log start on: `ShareReplay.move_log_start`)."""
+    it read from the state's log start on: `ShareReplay.move_log_start`). `overlaps`: the
+    findings of its overlapping segments, those the replay reached listed with its own."""
     slices = iter(rows)
     first = next(slices, None)
     taken = decode(state)[0] if state is not None else None
@@ -212,6 +214,7 @@ def share_partition_gold(partition: int, rows: Iterable[pa.RecordBatch],
     yield "share_partition_state", state_batch(result)
     yield rows_of("prune_recommendations", [prune_recommendation(result)])
     yield rows_of("audit_findings", [
+        *(overlaps(reached(replay.stopped, result.last_applied_offset)) if overlaps else ()),
         *auditor.drain(), *shard_finding_rows(result.shard.findings[known:], partition),
         *omitted_finding_rows(cap, partition)])
     if options.as_of.unbounded:
@@ -229,21 +232,23 @@ def group_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions,
     read from the batch holding its log start (`log_starts`), as the coordinator loads it
     (with its `overlaps` findings)."""
     for partition, slices in column_runs(rows, "partition"):
-        if (overlaps or {}).get(partition):
-            yield rows_of("audit_findings", list((overlaps or {})[partition]))
         dialect, slices = _first_dialect(slices)
         history = OffsetHistory(partition)
         auditor = TransactionAuditor(CONSUMER_OFFSETS_TOPIC, partition)
         log = ArrowLog(CONSUMER_OFFSETS_TOPIC, partition, slices, dialect,
                        (log_starts or {}).get(partition, 0))
-        result = replay_group_log(log,
-                                  as_of=options.as_of, listener=history,
-                                  observe=auditor.batch)
+        replay = GroupReplay.of_log(log, as_of=options.as_of, listener=history,
+                                    observe=auditor.batch)
+        replay.run(log.batches())
+        result = replay.result
         coordinator = result.coordinator
         offsets_rows = history.drain() + history.finish(
             coordinator.offsets, coordinator.groups.groups, options.retention_minutes)
         yield rows_of("consumer_group_offsets", offsets_rows)
-        yield rows_of("audit_findings", auditor.drain())
+        found = (overlaps or {}).get(partition)
+        yield rows_of("audit_findings", [
+            *(found(reached(replay.stopped, result.last_applied_offset)) if found else ()),
+            *auditor.drain()])
         yield rows_of("share_group_partitions",
                       metadata_rows(coordinator.groups.share_partitions, partition))
 
@@ -260,6 +265,10 @@ class BronzeFile(NamedTuple):
     last_offset: int
     read_at: int
     below: int | None = None
+    together: int | None = None
+    """When its segment was first read with these offsets, through the reads since (None:
+    `read_at`): segments read again alone, their bytes as they were, are still read
+    together with the others of that read."""
 
 
 def read_partition_files(partition: int, files: Sequence[BronzeFile], *,
@@ -308,12 +317,14 @@ def read_partition_files(partition: int, files: Sequence[BronzeFile], *,
                                                             rows.num_rows))
 
 
-def overlap_finding_rows(topic: str, partition: int, files: Sequence[BronzeFile], *,
+def overlap_finding_rows(topic: str, partition: int, files: Sequence[BronzeFile],
+                         until: int | None = None, *,
                          above: int | None = None) -> list[dict[str, Any]]:
     """An `offset_order` audit finding per segment that overlaps the offsets of another
-    segment of the partition read with it (the same `read_at`: one ingest run found both in
-    the source), from the files' statistics alone (`read_partition_files` reads the same
-    files; it merges such segments, each offset once, the copy of the lower segment).
+    segment of the partition read with it (the same `together`: one ingest run found both in
+    the source, with these offsets), from the files' statistics alone
+    (`read_partition_files` reads the same files; it merges such segments, each offset once,
+    the copy of the lower segment).
 
     A sound log's segments never overlap: a segment Kafka's log cleaner rewrote replaces the
     segments it merged (a crash mid-clean leaves a `.cleaned` or `.swap` file, not a second
@@ -321,20 +332,26 @@ def overlap_finding_rows(topic: str, partition: int, files: Sequence[BronzeFile]
     offsets bronze holds, and that is no finding. Segments read together that overlap are a
     damaged log dir (a segment copied in, say); `sharestate decode`/`state` refuse their
     batches that go back, with `offset_order` findings. Each finding names both segments
-    and the offsets the later one repeats; `above`: only the files the replay reads."""
+    and the offsets the later one repeats; `above`: only the files the replay reads.
+
+    `until`: a replay that read every record up to that offset only (stopped at the next
+    one: `--as-of-offset`, `--as-of-time`) reports the segments that `sharestate state`
+    reads with that stop point, in order until the first record past it: those overlapping
+    segments that reach no further than it."""
     spans: dict[tuple[int, int], list[int]] = {}  # (read_at, segment) -> [first, last]
     for f in files:
         last = f.last_offset if f.below is None else min(f.last_offset, f.below - 1)
         if (above is not None and last <= above) or last < f.first_offset:
             continue
-        span = spans.setdefault((f.read_at, f.segment), [f.first_offset, last])
+        at = f.read_at if f.together is None else f.together
+        span = spans.setdefault((at, f.segment), [f.first_offset, last])
         span[0], span[1] = min(span[0], f.first_offset), max(span[1], last)
     rows = []
     reach: dict[int, tuple[int, int, int]] = {}  # read_at -> the segment reaching furthest
     for (at, segment), (first, last) in sorted(spans.items(),
                                                key=lambda item: (item[1], item[0][1])):
         before = reach.get(at)
-        if before is not None and first <= before[2]:
+        if before is not None and first <= before[2] and (until is None or before[2] <= until):
             other, other_first, other_last = before
             end = min(last, other_last)
             rows.append(finding_row(
@@ -349,6 +366,12 @@ def overlap_finding_rows(topic: str, partition: int, files: Sequence[BronzeFile]
         if before is None or last > before[2]:
             reach[at] = (segment, first, last)
     return rows
+
+
+def reached(stopped: bool, last_applied: int | None) -> int | None:
+    """The offset up to which a replay read every record (None: all of them), from whether
+    it stopped (at the record after its last applied one)."""
+    return None if not stopped else -1 if last_applied is None else last_applied
 
 
 def _with_segment(rows: _Rows, segment: int) -> _Rows:

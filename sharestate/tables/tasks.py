@@ -11,7 +11,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,7 +31,8 @@ REPLAY_TASKS = pa.schema([("topic", pa.string()), ("partition", pa.int32()),
                           ("files", pa.list_(pa.struct([
                               ("uri", pa.string()), ("segment", pa.int64()),
                               ("first_offset", pa.int64()), ("last_offset", pa.int64()),
-                              ("read_at", pa.int64()), ("below", pa.int64())]))),
+                              ("read_at", pa.int64()), ("below", pa.int64()),
+                              ("together", pa.int64())]))),
                           ("state", pa.binary()), ("above", pa.int64()),
                           ("log_start", pa.int64())])
 """`replay_partitions`' input, a task a row: an internal-topic partition's bronze files
@@ -125,16 +125,15 @@ def replay_partitions(tasks: Iterator[pa.RecordBatch], options: GoldOptions) -> 
                 partition, start = task["partition"], task.get("log_start") or 0
                 files = [BronzeFile(**f) for f in task["files"]]
                 rows = read_partition_files(partition, files, above=task.get("above"))
-                overlaps = gold_pass.overlap_finding_rows(task["topic"], partition, files,
-                                                          above=task.get("above"))
-                if overlaps:
-                    yield gold_pass.rows_of("audit_findings", overlaps)
+                overlaps = partial(gold_pass.overlap_finding_rows, task["topic"], partition,
+                                   files, above=task.get("above"))
                 if task["topic"] == SHARE_STATE_TOPIC:
                     yield from gold_pass.share_partition_gold(
                         partition, rows, options, task.get("state"), log_start=start,
-                        earlier=partial(_earlier, partition, files, start))
+                        earlier=partial(_earlier, partition, files, start), overlaps=overlaps)
                 else:
-                    yield from gold_pass.group_gold(rows, options, {partition: start})
+                    yield from gold_pass.group_gold(rows, options, {partition: start},
+                                                    {partition: overlaps})
 
 
 def _earlier(partition: int, files: list[BronzeFile], log_start: int, since: int
@@ -146,7 +145,7 @@ def _earlier(partition: int, files: list[BronzeFile], log_start: int, since: int
 
 def replay_rows(rows: Iterator[pa.RecordBatch], options: GoldOptions,
                 log_starts: Mapping[str, gold_pass.LogStarts] | None = None,
-                overlaps: Mapping[str, Mapping[int, list[dict[str, Any]]]] | None = None
+                overlaps: Mapping[str, gold_pass.Overlaps] | None = None
                 ) -> Iterator[Rows]:
     """Replay bronze rows ordered by (topic, partition, offset) into the gold tables, each
     partition from the batch holding its log start (`log_starts`, by topic), with the

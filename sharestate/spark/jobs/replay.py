@@ -136,7 +136,8 @@ def _plan(spark: SparkSession, lake: Lake, warehouse: Warehouse,
             if above is None or last > above or (moved and last >= since and first < start):
                 files_read.append({"uri": f.uri, "segment": segment, "first_offset": first,
                                    "last_offset": last, "read_at": at,
-                                   "below": reads.below(topic, partition, at)})
+                                   "below": reads.below(topic, partition, at),
+                                   "together": reads.together.get((topic, partition, segment))})
         work.append((topic, partition, files_read, None if state is None else state["state"],
                      above, start))
     targets = {**whole, REPLAY_TABLES[0]: Target(warehouse.path(REPLAY_TABLES[0]), replaced,
@@ -171,7 +172,7 @@ def _states(lake: Lake, warehouse: Warehouse, options: gold_pass.GoldOptions
     return {(row["topic"], row["partition"]): row for row in rows if resumable(row, options)}
 
 
-def _overlaps(reads: Reads) -> dict[str, dict[int, list[dict[str, Any]]]]:
+def _overlaps(reads: Reads) -> dict[str, dict[int, gold_pass.Reached]]:
     """The `offset_order` findings of segments read together that overlap, by topic and
     partition, from `ingest_runs` (each segment's offsets as last read): what the replay
     tasks find from the bronze files' statistics where the lake lists them
@@ -180,12 +181,13 @@ def _overlaps(reads: Reads) -> dict[str, dict[int, list[dict[str, Any]]]]:
     for (topic, partition, segment), (first, last) in reads.spans.items():
         at = reads.read_at[(topic, partition, segment)]
         files.setdefault((topic, partition), []).append(gold_pass.BronzeFile(
-            "", segment, first, last, at, reads.below(topic, partition, at)))
-    found: dict[str, dict[int, list[dict[str, Any]]]] = {}
+            "", segment, first, last, at, reads.below(topic, partition, at),
+            reads.together.get((topic, partition, segment))))
+    found: dict[str, dict[int, gold_pass.Reached]] = {}
     for (topic, partition), group in files.items():
-        rows = gold_pass.overlap_finding_rows(topic, partition, group)
-        if rows:
-            found.setdefault(topic, {})[partition] = rows
+        if gold_pass.overlap_finding_rows(topic, partition, group):
+            found.setdefault(topic, {})[partition] = partial(
+                gold_pass.overlap_finding_rows, topic, partition, group)
     return found
 
 
@@ -198,6 +200,9 @@ class Reads:
     read_at: dict[tuple[str, int, int], int]
     went_back: dict[tuple[str, int], list[tuple[int, int]]]
     spans: dict[tuple[str, int, int], tuple[int, int]] = field(default_factory=dict)
+    together: dict[tuple[str, int, int], int] = field(default_factory=dict)
+    """When each segment was first read with the offsets of its latest read, through
+    the reads since (`gold_pass.BronzeFile.together`)."""
 
     def below(self, topic: str, partition: int, read_at: int) -> int | None:
         """The offset from which rows read at `read_at` are of a log that is gone."""
@@ -210,17 +215,22 @@ def _reads(lake: Lake, warehouse: Warehouse) -> Reads:
                            ["job", "topic", "partition", "segment", "first_offset",
                             "last_offset", "note", "finished_at"])
     reads = Reads({}, {})
-    for row in runs.to_pylist():
+    read: dict[tuple[str, int, int], tuple[int, int]] = {}  # the offsets of the latest read
+    for row in sorted(runs.to_pylist(), key=lambda row: row["finished_at"] or 0):
         if row["job"] != "ingest" or row["segment"] is None:
             continue
         key = (row["topic"], row["partition"], row["segment"])
         at = row["finished_at"] or 0
-        if at >= reads.read_at.get(key, 0):
-            reads.read_at[key] = at
-            if row["first_offset"] is not None and row["last_offset"] is not None:
-                reads.spans[key] = (row["first_offset"], row["last_offset"])
-            else:
-                reads.spans.pop(key, None)
+        span = (row["first_offset"], row["last_offset"])
+        if None not in span:
+            if read.get(key) != span:
+                reads.together[key] = at
+            read[key] = span
+        reads.read_at[key] = at
+        if None not in span:
+            reads.spans[key] = span
+        else:
+            reads.spans.pop(key, None)
         offset = went_back_offset(row["note"])
         if offset is not None:
             reads.went_back.setdefault(key[:2], []).append((offset, at))
