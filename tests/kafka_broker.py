@@ -150,6 +150,23 @@ def broker_settings(release: Release, log_dirs: Path, broker_port: int,
     return settings
 
 
+def sasl_listener(settings: Mapping[str, str], port: int,
+                  users: Mapping[str, str]) -> dict[str, str]:
+    """The settings that add a SASL_PLAINTEXT listener on `port` to `settings`, where the
+    PLAIN mechanism knows `users` (name: password)."""
+    where = f"SASL_PLAINTEXT://127.0.0.1:{port}"
+    known = " ".join(f'user_{name}="{password}"' for name, password in users.items())
+    return {
+        "listeners": f"{settings['listeners']},{where}",
+        "advertised.listeners": f"{settings['advertised.listeners']},{where}",
+        "listener.security.protocol.map":
+            f"{settings['listener.security.protocol.map']},SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {known};",
+    }
+
+
 IN_FLIGHT = ("*.cleaned", "*.swap", "*.deleted")
 """Files of a partition folder that the log cleaner is writing or swapping in, or that wait
 for deletion: a running broker's, never part of what a copy of its log reads."""
@@ -188,7 +205,10 @@ class KafkaBroker:
     release: Release
     workdir: Path
     overrides: Mapping[str, str] = field(default_factory=dict)
+    sasl_users: Mapping[str, str] = field(default_factory=dict)
+    """Users and passwords of a SASL_PLAINTEXT listener (mechanism PLAIN), if any."""
     broker_port: int = 0
+    sasl_port: int = 0
     controller_port: int = 0
     process: subprocess.Popen[bytes] | None = None
     settings: dict[str, str] = field(default_factory=dict)
@@ -204,6 +224,12 @@ class KafkaBroker:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.broker_port}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        """The SASL_PLAINTEXT listener (`sasl_users`); the tools and the inter-broker
+        traffic use the PLAINTEXT one."""
+        return f"127.0.0.1:{self.sasl_port}"
 
     @property
     def lock_duration_s(self) -> float:
@@ -250,6 +276,9 @@ class KafkaBroker:
         self.broker_port, self.controller_port = free_port(), free_port()
         self.settings = broker_settings(self.release, self.log_dirs, self.broker_port,
                                         self.controller_port) | dict(self.overrides)
+        if self.sasl_users:
+            self.sasl_port = free_port()
+            self.settings |= sasl_listener(self.settings, self.sasl_port, self.sasl_users)
         config = self.workdir / "server.properties"
         config.write_text("".join(f"{key}={value}\n" for key, value in self.settings.items()))
         log4j = self.workdir / "log4j2.properties"
@@ -321,14 +350,15 @@ class KafkaBroker:
 
 @contextmanager
 def running_broker(release: Release, workdir: Path,
-                   overrides: Mapping[str, str] | None = None) -> Iterator[KafkaBroker]:
+                   overrides: Mapping[str, str] | None = None,
+                   sasl_users: Mapping[str, str] | None = None) -> Iterator[KafkaBroker]:
     """A started broker, stopped on exit; fails (never skips) when its jars are missing."""
     for name in {release.broker_set, release.tools_set}:
         found = jars.jar_set(name)
         if not found.present:
             raise jars.JarsMissing(f"Kafka {release.version} needs jar set {name}, "
                                    f"{len(found.missing)} files missing: run `make jars`")
-    broker = KafkaBroker(release, workdir, dict(overrides or {}))
+    broker = KafkaBroker(release, workdir, dict(overrides or {}), dict(sasl_users or {}))
     try:
         broker.start()
         yield broker

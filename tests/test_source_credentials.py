@@ -81,3 +81,21 @@ def test_other_commands_show_a_url_without_its_user_info(
 ])
 def test_redact_userinfo(text: str, shown: str) -> None:
     assert redact_userinfo(text) == shown
+
+
+def test_a_user_without_a_password_is_told_where_the_password_goes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.delenv("SHARESTATE_KAFKA_SASL_PASSWORD", raising=False)
+    cluster = mock_cluster()
+    capfd.readouterr()
+    user = ["--kafka-option", "sasl.mechanism=PLAIN", "--kafka-option", "sasl.username=u"]
+    said = ("sharestate: error: option kafka.sasl.username has no password: give it in "
+            "SHARESTATE_KAFKA_SASL_PASSWORD")
+    source = f"kafka://{cluster.bootstrap}"
+    warehouse = tmp_path / "warehouse"
+    assert main(["run", "--source", source, *user, "--warehouse", str(warehouse)]) == USAGE
+    assert one_line(capfd, caplog) == said
+    assert main(["serve", "--source", source, *user, "--listen", "127.0.0.1:0"]) == USAGE
+    assert one_line(capfd, caplog) == said
+    assert not warehouse.exists()

@@ -202,6 +202,9 @@ def parse_options(options: Mapping[str, str],
             f"{redact_userinfo(bootstrap)}: a Kafka server is HOST:PORT, with no user name or "
             f"password: give the user as kafka.sasl.username (--kafka-option "
             f"sasl.username=NAME) and the password in {env_name('sasl.password')}")
+    if "sasl.username" in client and "sasl.password" not in secrets:
+        raise KafkaOptionError(f"option kafka.sasl.username has no password: give it in "
+                               f"{env_name('sasl.password')}")
     if client.get("isolation.level", DEFAULT_ISOLATION) not in ("read_uncommitted",
                                                                 "read_committed"):
         raise KafkaOptionError("option kafka.isolation.level must be read_uncommitted or "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -50,6 +51,11 @@ class ClusterUnreachable(ClusterNotReady):
     """No broker answered in time."""
 
 
+class ClusterRefused(KafkaSourceError):
+    """A broker refused the client's credentials or its TLS handshake (`REFUSED`): a
+    setting to fix, which no retry mends."""
+
+
 RETRIABLE = frozenset({
     KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT,
     KafkaError._TIMED_OUT_QUEUE, KafkaError._RESOLVE, KafkaError._WAIT_COORD,
@@ -61,6 +67,14 @@ RETRIABLE = frozenset({
     KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH,
     KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.NOT_ENOUGH_REPLICAS})
 """Errors that pass by themselves (those librdkafka calls retriable too)."""
+REFUSED = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
+"""Errors a client reports while it goes on retrying, though only a setting mends them: a
+SASL authentication that failed, a TLS handshake that failed (an unknown CA, a name that
+does not match)."""
+_AFTER = re.compile(r"\s*\(after \d+ms in state \w+\)$")
+"""The time and connection state librdkafka appends to a broker's error."""
+REACH_SLICE_S = 0.5
+"""How often `check_reachable` looks whether the client was refused while it waits."""
 
 
 def source_error(options: KafkaReadOptions, text: str, exc: KafkaException,
@@ -90,19 +104,34 @@ def ask_quietly(options: KafkaReadOptions, ask: Callable[[AdminClient], T],
                 failed: Callable[[KafkaException, str | None], KafkaSourceError]) -> T:
     """`ask` of an `admin_client` whose own log lines (a broker refusing connections, ...)
     stay off stderr; a KafkaException raises `failed(exc, the client's last error line)`,
-    once the client is gone: an exception that led back to it (kept by a caller, a test)
-    would keep its threads retrying the cluster and logging."""
+    and a broker refusing the client (`REFUSED`, seen whenever the client serves its
+    callbacks) ClusterRefused, once the client is gone: an exception that led back to it
+    (kept by a caller, a test) would keep its threads retrying the cluster and logging."""
     heard = _Heard()
     log = logging.Logger("sharestate.cluster.client")  # its own: nothing else hears it
     log.addHandler(heard)
-    admin = admin_client(options, logger=log)
+    admin = admin_client(options, logger=log, error_cb=_raise_refused)
     try:
-        return ask(admin)
-    except KafkaException as exc:
-        admin.poll(0)  # serves the client's queued log lines to `heard`
-        failure = failed(exc, heard.last)
+        try:
+            return ask(admin)
+        except KafkaException as exc:
+            admin.poll(0)  # serves the client's queued log lines and errors
+            failure = failed(exc, heard.last)
+    except _Refused as refused:
+        failure = ClusterRefused(options.redact(
+            f"the cluster at {options.bootstrap_servers} refused the client: {refused}"))
     del admin
     raise failure
+
+
+class _Refused(Exception):
+    """What `_raise_refused` raises out of the client call that served it."""
+
+
+def _raise_refused(error: KafkaError) -> None:
+    """A client's error callback: a `REFUSED` error ends the call that served it."""
+    if error.code() in REFUSED:
+        raise _Refused(_AFTER.sub("", error.str()))
 
 
 def cluster_watermarks(options: KafkaReadOptions, topics: tuple[str, ...]
@@ -143,7 +172,8 @@ def cluster_watermarks(options: KafkaReadOptions, topics: tuple[str, ...]
 def check_reachable(options: KafkaReadOptions, timeout_s: float) -> None:
     """Raise ClusterUnreachable unless a broker answers a metadata request within
     `timeout_s` seconds (a bounded check before any work), asked with `ask_quietly`: the
-    client's last error line names the cause (refused, not resolved, ...)."""
+    client's last error line names the cause (refused, not resolved, ...); a broker that
+    refuses the client's credentials or TLS raises ClusterRefused as soon as it does."""
     def unreachable(exc: KafkaException, heard: str | None) -> KafkaSourceError:
         error = exc.args[0] if exc.args else exc
         reason = heard or (error.str() if hasattr(error, "str") else str(error))
@@ -151,10 +181,19 @@ def check_reachable(options: KafkaReadOptions, timeout_s: float) -> None:
             f"cannot reach the cluster at {options.bootstrap_servers} within {timeout_s:g} s: "
             f"{reason}"))
 
+    def ask(admin: AdminClient) -> object:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return admin.list_topics(timeout=min(REACH_SLICE_S, timeout_s))
+            except KafkaException:
+                admin.poll(0)  # a refusal among the errors served raises here
+                if time.monotonic() >= deadline:
+                    raise
+
     ask_quietly(replace(options, client={
         **options.client, "socket.connection.setup.timeout.ms":
-            str(max(int(timeout_s * 1000), 1000))}),
-        lambda admin: admin.list_topics(timeout=timeout_s), unreachable)
+            str(max(int(timeout_s * 1000), 1000))}), ask, unreachable)
 
 
 class _Heard(logging.Handler):
@@ -166,7 +205,7 @@ class _Heard(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         line = record.getMessage().rsplit("]: ", 1)[-1]
-        self.last = re.sub(r"\s*\(after \d+ms in state \w+\)$", "", line)
+        self.last = _AFTER.sub("", line)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,132 @@
+"""sharestate against a cluster that asks for credentials: a real Kafka 4.3.1 broker whose
+second listener speaks SASL_PLAINTEXT (mechanism PLAIN), the user given as
+`--kafka-option sasl.username`, the password in `SHARESTATE_KAFKA_SASL_PASSWORD`.
+
+- `run --source kafka://` with `--end-offsets-from kafka://`: every client (the driver's
+  admin clients, the executors' readers) authenticates; the tables are those of a run over
+  the broker's plain listener, and the password is in no file of the warehouse.
+- `serve`: its consumer authenticates and answers the state the run wrote.
+- a wrong password: `run` and `serve` exit 2 within seconds with one line saying the cluster
+  refused the client (librdkafka retries a failed authentication for ever: `run` waited out
+  its connect timeout and said it could not reach the cluster, `serve` retried for ever).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+from kafka_broker import RELEASES, KafkaBroker, running_broker
+from kafka_judge import SHARESTATE
+from kafka_workload import (
+    Workload,
+    consume,
+    create_topics,
+    mixed,
+    produce,
+    share_consumer,
+    share_groups_start_earliest,
+)
+from serve_support import ServeProcess, eventually, get
+
+from sharestate.spark.run import main as run_all
+
+pytestmark = pytest.mark.kafka_broker
+
+USER, SECRET = "reader", "pl41n-s3cret"
+PASSWORD_VARIABLE = "SHARESTATE_KAFKA_SASL_PASSWORD"
+SASL = ("--kafka-option", "security.protocol=SASL_PLAINTEXT",
+        "--kafka-option", "sasl.mechanism=PLAIN", "--kafka-option", f"sasl.username={USER}")
+GROUP = "sg-sasl"
+PER_RUN = {"ingest_run", "run_id", "source", "finished_at", "committed_at"}
+"""Columns that name the run or the address it read: the two listeners' runs differ there."""
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """A broker with share state: one share group that read all three topics, accepting,
+    releasing and rejecting."""
+    with running_broker(RELEASES["4.3"], tmp_path_factory.mktemp("kafka-sasl"),
+                        sasl_users={USER: SECRET}) as running:
+        workload = Workload(running)
+        create_topics(workload)
+        produce(workload)
+        share_groups_start_earliest(workload, [GROUP])
+        member = share_consumer(workload, GROUP, ["orders", "events", "payments"])
+        assert consume(workload, member, GROUP, mixed) > 0
+        member.close()
+        yield running
+
+
+def _arguments(warehouse: Path, bootstrap: str) -> list[str]:
+    source = f"kafka://{bootstrap}"
+    return ["--source", source, "--end-offsets-from", source, "--warehouse", str(warehouse)]
+
+
+def _tables(warehouse: Path) -> dict[str, list[str]]:
+    tables = {}
+    for folder in sorted(p for p in warehouse.iterdir() if (p / "_delta_log").is_dir()):
+        rows = DeltaTable(str(folder)).to_pyarrow_table().to_pylist()
+        tables[folder.name] = sorted(repr({k: v for k, v in row.items() if k not in PER_RUN})
+                                     for row in rows)
+    return tables
+
+
+def test_run_and_serve_authenticate(spark: Any, broker: KafkaBroker, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    plain, sasl = tmp_path / "plain", tmp_path / "sasl"
+    assert run_all([*_arguments(plain, broker.bootstrap), "--conf",
+                    "spark.ui.enabled=false"]) == 0
+    # as a user runs it: the password in the environment Spark's processes start with
+    monkeypatch.setenv(PASSWORD_VARIABLE, SECRET)
+    done = subprocess.run([SHARESTATE, "run", *_arguments(sasl, broker.sasl_bootstrap), *SASL],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    assert SECRET not in done.stdout + done.stderr
+    tables = _tables(sasl)
+    assert tables["share_partition_state"], "the share group's state was not read"
+    assert tables == _tables(plain)
+    for path in sasl.rglob("*"):
+        assert not path.is_file() or SECRET.encode() not in path.read_bytes(), path
+
+    service = ServeProcess("--source", f"kafka://{broker.sasl_bootstrap}", *SASL)
+    try:
+        assert service.address is not None
+        eventually(lambda: get(service.address, "/readyz")[0] == 200, timeout=60)
+        served = {(s["group_id"], s["topic_id"], s["partition"]): s["start_offset"]
+                  for s in get(service.address, "/v1/share-partitions")[1]}
+    finally:
+        service.stop(signal.SIGTERM)
+    written = {(r["group_id"], r["topic_id"], r["partition"]): r["start_offset"]
+               for r in DeltaTable(str(sasl / "share_partition_state")).to_pyarrow_table()
+               .to_pylist()}
+    assert served == written
+    assert SECRET not in service.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "serve"])
+def test_a_wrong_password_is_refused_at_once(command: str, broker: KafkaBroker,
+                                             tmp_path: Path) -> None:
+    arguments = {"run": ["--warehouse", str(tmp_path / "warehouse")],
+                 "serve": ["--listen", "127.0.0.1:0"]}[command]
+    began = time.monotonic()
+    done = subprocess.run(
+        [SHARESTATE, command, "--source", f"kafka://{broker.sasl_bootstrap}", *SASL,
+         "--connect-timeout", "30", *arguments], capture_output=True, text=True, timeout=120,
+        env={**os.environ, PASSWORD_VARIABLE: "not-the-password"}, check=False)
+    assert done.returncode == 2, done.stderr
+    assert time.monotonic() - began < 20  # the connect timeout is 30 s
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"sharestate: error: the cluster at {broker.sasl_bootstrap} "
+                           f"refused the client: "), line
+    assert "Authentication failed" in line
+    assert "not-the-password" not in done.stdout + done.stderr
+    assert not (tmp_path / "warehouse").exists()
+
