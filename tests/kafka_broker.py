@@ -150,20 +150,52 @@ def broker_settings(release: Release, log_dirs: Path, broker_port: int,
     return settings
 
 
-def sasl_listener(settings: Mapping[str, str], port: int,
-                  users: Mapping[str, str]) -> dict[str, str]:
-    """The settings that add a SASL_PLAINTEXT listener on `port` to `settings`, where the
-    PLAIN mechanism knows `users` (name: password)."""
-    where = f"SASL_PLAINTEXT://127.0.0.1:{port}"
+@dataclass(frozen=True)
+class Tls:
+    """A self-signed certificate (for 127.0.0.1) in a PKCS12 keystore a broker serves, and
+    the same certificate as PEM, the CA a client trusts."""
+
+    keystore: Path
+    password: str
+    certificate: Path
+
+
+def self_signed(folder: Path, name: str) -> Tls:
+    """A new `Tls` in `folder`, made by the JDK's keytool."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tls = Tls(folder / f"{name}.p12", "keystore-pass", folder / f"{name}.pem")
+    store = ["-keystore", str(tls.keystore), "-storetype", "PKCS12",
+             "-storepass", tls.password]
+    subprocess.run(["keytool", "-genkeypair", "-alias", name, "-keyalg", "EC",
+                    "-groupname", "secp256r1", "-validity", "30", "-dname", "CN=localhost",
+                    "-ext", "SAN=ip:127.0.0.1,dns:localhost", "-keypass", tls.password,
+                    *store], check=True, capture_output=True)
+    subprocess.run(["keytool", "-exportcert", "-rfc", "-alias", name, "-file",
+                    str(tls.certificate), *store], check=True, capture_output=True)
+    return tls
+
+
+def sasl_listener(settings: Mapping[str, str], port: int, users: Mapping[str, str],
+                  tls: Tls | None) -> dict[str, str]:
+    """The settings that add a listener on `port` to `settings` where the SASL mechanism
+    PLAIN knows `users` (name: password): SASL_SSL serving `tls`, else SASL_PLAINTEXT."""
+    protocol = "SASL_PLAINTEXT" if tls is None else "SASL_SSL"
+    where = f"{protocol}://127.0.0.1:{port}"
     known = " ".join(f'user_{name}="{password}"' for name, password in users.items())
+    listener = f"listener.name.{protocol.lower()}"
     return {
         "listeners": f"{settings['listeners']},{where}",
         "advertised.listeners": f"{settings['advertised.listeners']},{where}",
         "listener.security.protocol.map":
-            f"{settings['listener.security.protocol.map']},SASL_PLAINTEXT:SASL_PLAINTEXT",
+            f"{settings['listener.security.protocol.map']},{protocol}:{protocol}",
         "sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+        f"{listener}.plain.sasl.jaas.config":
             f"org.apache.kafka.common.security.plain.PlainLoginModule required {known};",
+        **({} if tls is None else {
+            f"{listener}.ssl.keystore.type": "PKCS12",
+            f"{listener}.ssl.keystore.location": str(tls.keystore),
+            f"{listener}.ssl.keystore.password": tls.password,
+            f"{listener}.ssl.key.password": tls.password}),
     }
 
 
@@ -206,7 +238,9 @@ class KafkaBroker:
     workdir: Path
     overrides: Mapping[str, str] = field(default_factory=dict)
     sasl_users: Mapping[str, str] = field(default_factory=dict)
-    """Users and passwords of a SASL_PLAINTEXT listener (mechanism PLAIN), if any."""
+    """Users and passwords of a SASL listener (mechanism PLAIN), if any."""
+    tls: Tls | None = None
+    """What the SASL listener serves, making it SASL_SSL (else SASL_PLAINTEXT)."""
     broker_port: int = 0
     sasl_port: int = 0
     controller_port: int = 0
@@ -227,8 +261,8 @@ class KafkaBroker:
 
     @property
     def sasl_bootstrap(self) -> str:
-        """The SASL_PLAINTEXT listener (`sasl_users`); the tools and the inter-broker
-        traffic use the PLAINTEXT one."""
+        """The SASL listener (`sasl_users`); the tools and the inter-broker traffic use
+        the PLAINTEXT one."""
         return f"127.0.0.1:{self.sasl_port}"
 
     @property
@@ -278,7 +312,8 @@ class KafkaBroker:
                                         self.controller_port) | dict(self.overrides)
         if self.sasl_users:
             self.sasl_port = free_port()
-            self.settings |= sasl_listener(self.settings, self.sasl_port, self.sasl_users)
+            self.settings |= sasl_listener(self.settings, self.sasl_port, self.sasl_users,
+                                           self.tls)
         config = self.workdir / "server.properties"
         config.write_text("".join(f"{key}={value}\n" for key, value in self.settings.items()))
         log4j = self.workdir / "log4j2.properties"
@@ -351,14 +386,16 @@ class KafkaBroker:
 @contextmanager
 def running_broker(release: Release, workdir: Path,
                    overrides: Mapping[str, str] | None = None,
-                   sasl_users: Mapping[str, str] | None = None) -> Iterator[KafkaBroker]:
+                   sasl_users: Mapping[str, str] | None = None,
+                   tls: Tls | None = None) -> Iterator[KafkaBroker]:
     """A started broker, stopped on exit; fails (never skips) when its jars are missing."""
     for name in {release.broker_set, release.tools_set}:
         found = jars.jar_set(name)
         if not found.present:
             raise jars.JarsMissing(f"Kafka {release.version} needs jar set {name}, "
                                    f"{len(found.missing)} files missing: run `make jars`")
-    broker = KafkaBroker(release, workdir, dict(overrides or {}), dict(sasl_users or {}))
+    broker = KafkaBroker(release, workdir, dict(overrides or {}), dict(sasl_users or {}),
+                         tls)
     try:
         broker.start()
         yield broker

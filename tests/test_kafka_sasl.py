@@ -1,14 +1,16 @@
-"""sharestate against a cluster that asks for credentials: a real Kafka 4.3.1 broker whose
-second listener speaks SASL_PLAINTEXT (mechanism PLAIN), the user given as
-`--kafka-option sasl.username`, the password in `SHARESTATE_KAFKA_SASL_PASSWORD`.
+"""sharestate against a cluster that asks for credentials over TLS: a real Kafka 4.3.1
+broker whose second listener speaks SASL_SSL (mechanism PLAIN, a self-signed certificate
+the client trusts with `ssl.ca.location`), the user given as `--kafka-option
+sasl.username`, the password in `SHARESTATE_KAFKA_SASL_PASSWORD`.
 
 - `run --source kafka://` with `--end-offsets-from kafka://`: every client (the driver's
   admin clients, the executors' readers) authenticates; the tables are those of a run over
   the broker's plain listener, and the password is in no file of the warehouse.
 - `serve`: its consumer authenticates and answers the state the run wrote.
-- a wrong password: `run` and `serve` exit 2 within seconds with one line saying the cluster
-  refused the client (librdkafka retries a failed authentication for ever: `run` waited out
-  its connect timeout and said it could not reach the cluster, `serve` retried for ever).
+- a wrong password, or a certificate the client does not trust: `run` and `serve` exit 2
+  within seconds with one line saying the cluster refused the client (librdkafka retries a
+  failed authentication or handshake for ever: `run` waited out its connect timeout and
+  said it could not reach the cluster, `serve` retried for ever).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 import pytest
 from deltalake import DeltaTable
-from kafka_broker import RELEASES, KafkaBroker, running_broker
+from kafka_broker import RELEASES, KafkaBroker, Tls, running_broker, self_signed
 from kafka_judge import SHARESTATE
 from kafka_workload import (
     Workload,
@@ -42,19 +44,24 @@ pytestmark = pytest.mark.kafka_broker
 
 USER, SECRET = "reader", "pl41n-s3cret"
 PASSWORD_VARIABLE = "SHARESTATE_KAFKA_SASL_PASSWORD"
-SASL = ("--kafka-option", "security.protocol=SASL_PLAINTEXT",
-        "--kafka-option", "sasl.mechanism=PLAIN", "--kafka-option", f"sasl.username={USER}")
+SASL = ("--kafka-option", "security.protocol=SASL_SSL", "--kafka-option", "sasl.mechanism=PLAIN",
+        "--kafka-option", f"sasl.username={USER}")
 GROUP = "sg-sasl"
 PER_RUN = {"ingest_run", "run_id", "source", "finished_at", "committed_at"}
 """Columns that name the run or the address it read: the two listeners' runs differ there."""
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Tls:
+    return self_signed(tmp_path_factory.mktemp("tls"), "broker")
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory, tls: Tls) -> Iterator[KafkaBroker]:
     """A broker with share state: one share group that read all three topics, accepting,
     releasing and rejecting."""
     with running_broker(RELEASES["4.3"], tmp_path_factory.mktemp("kafka-sasl"),
-                        sasl_users={USER: SECRET}) as running:
+                        sasl_users={USER: SECRET}, tls=tls) as running:
         workload = Workload(running)
         create_topics(workload)
         produce(workload)
@@ -79,14 +86,19 @@ def _tables(warehouse: Path) -> dict[str, list[str]]:
     return tables
 
 
-def test_run_and_serve_authenticate(spark: Any, broker: KafkaBroker, tmp_path: Path,
+def _trusting(tls: Tls) -> tuple[str, ...]:
+    return (*SASL, "--kafka-option", f"ssl.ca.location={tls.certificate}")
+
+
+def test_run_and_serve_authenticate(spark: Any, broker: KafkaBroker, tls: Tls, tmp_path: Path,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     plain, sasl = tmp_path / "plain", tmp_path / "sasl"
     assert run_all([*_arguments(plain, broker.bootstrap), "--conf",
                     "spark.ui.enabled=false"]) == 0
     # as a user runs it: the password in the environment Spark's processes start with
     monkeypatch.setenv(PASSWORD_VARIABLE, SECRET)
-    done = subprocess.run([SHARESTATE, "run", *_arguments(sasl, broker.sasl_bootstrap), *SASL],
+    done = subprocess.run([SHARESTATE, "run", *_arguments(sasl, broker.sasl_bootstrap),
+                           *_trusting(tls)],
                           capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
     assert SECRET not in done.stdout + done.stderr
@@ -96,7 +108,7 @@ def test_run_and_serve_authenticate(spark: Any, broker: KafkaBroker, tmp_path: P
     for path in sasl.rglob("*"):
         assert not path.is_file() or SECRET.encode() not in path.read_bytes(), path
 
-    service = ServeProcess("--source", f"kafka://{broker.sasl_bootstrap}", *SASL)
+    service = ServeProcess("--source", f"kafka://{broker.sasl_bootstrap}", *_trusting(tls))
     try:
         assert service.address is not None
         eventually(lambda: get(service.address, "/readyz")[0] == 200, timeout=60)
@@ -112,21 +124,28 @@ def test_run_and_serve_authenticate(spark: Any, broker: KafkaBroker, tmp_path: P
 
 
 @pytest.mark.parametrize("command", ["run", "serve"])
-def test_a_wrong_password_is_refused_at_once(command: str, broker: KafkaBroker,
-                                             tmp_path: Path) -> None:
+@pytest.mark.parametrize(("wrong", "said"), [
+    ("password", "SASL authentication error: Authentication failed"),
+    ("certificate", "SSL handshake failed"),
+])
+def test_a_wrong_password_or_certificate_is_refused_at_once(
+        command: str, wrong: str, said: str, broker: KafkaBroker, tls: Tls,
+        tmp_path: Path) -> None:
+    trusted = self_signed(tmp_path / "other", "other") if wrong == "certificate" else tls
+    password = "not-the-password" if wrong == "password" else SECRET
     arguments = {"run": ["--warehouse", str(tmp_path / "warehouse")],
                  "serve": ["--listen", "127.0.0.1:0"]}[command]
     began = time.monotonic()
     done = subprocess.run(
-        [SHARESTATE, command, "--source", f"kafka://{broker.sasl_bootstrap}", *SASL,
-         "--connect-timeout", "30", *arguments], capture_output=True, text=True, timeout=120,
-        env={**os.environ, PASSWORD_VARIABLE: "not-the-password"}, check=False)
+        [SHARESTATE, command, "--source", f"kafka://{broker.sasl_bootstrap}",
+         *_trusting(trusted), "--connect-timeout", "30", *arguments],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, PASSWORD_VARIABLE: password}, check=False)
     assert done.returncode == 2, done.stderr
     assert time.monotonic() - began < 20  # the connect timeout is 30 s
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"sharestate: error: the cluster at {broker.sasl_bootstrap} "
                            f"refused the client: "), line
-    assert "Authentication failed" in line
-    assert "not-the-password" not in done.stdout + done.stderr
+    assert said in line
+    assert password not in done.stdout + done.stderr
     assert not (tmp_path / "warehouse").exists()
-
