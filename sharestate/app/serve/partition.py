@@ -183,12 +183,27 @@ class PartitionReplay:
         self.touched, self.every_group, self.changed = set(), False, False
         return touched
 
+    def out_of_range(self, position: int | None) -> None:
+        """The consumer's position (None: not known) lies outside the log: below its log
+        start (Kafka's share coordinator pruned records this replay never read, such as a
+        deleted group's tombstones) or past its end (the log truncated). A coordinator loads
+        the log from its log start: the partition is replayed from there, from scratch."""
+        LOG.warning("%s: position %s is outside the log (records deleted before they were "
+                    "read, or the log truncated): replaying the partition from its log start",
+                    self.name, "unknown" if position is None or position < 0 else position)
+        self._forget()
+        self.fed = 0
+
     def _start_over(self, first: int) -> None:
         """Drop what was replayed: the log it described is gone. Views show no state for
         the partition until the new log's records apply."""
         LOG.warning("%s: offset %d comes after %d (the topic was created again or its log "
                     "truncated): replaying the partition from there", self.name, first,
                     self.fed - 1)
+        self._forget()
+
+    def _forget(self) -> None:
+        """Drop the replay and how far it read."""
         self.progress = Progress()
         self.dialect = self.share = self.group = None
         self.cap = self._cap()

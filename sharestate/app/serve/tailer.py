@@ -124,11 +124,12 @@ class Tailer(threading.Thread):
                 self._await_internal_topics()
                 if self.stopping.is_set():
                     return
-            # earliest: a position the log start has passed (records deleted below Kafka's
-            # prune point) resumes at the log start, never at its end
+            # error: a position outside the log (the log start passed it: records deleted
+            # below Kafka's prune point; or the log truncated) is an error message, and the
+            # partition is replayed from its log start (`_error`)
             consumer = self.consumer = Consumer({
                 **CONSUMER_DEFAULTS, **self.options.client_config("sharestate-serve"),
-                "enable.partition.eof": "true", "auto.offset.reset": "earliest",
+                "enable.partition.eof": "true", "auto.offset.reset": "error",
                 "stats_cb": self._statistics})
             # the partitions' leaders known before they are assigned: an assigned partition
             # without one waits librdkafka's 500 ms offset-query retry (only a head start:
@@ -201,6 +202,15 @@ class Tailer(threading.Thread):
             if (replay := self.partitions.get(where)) is not None:
                 replay.reached(int(run.offset or 0))
                 self._dirty = True
+        elif error.code() == KafkaError._AUTO_OFFSET_RESET:
+            self._feed(where, pending.pop(where, []))
+            if (replay := self.partitions.get(where)) is not None:
+                replay.out_of_range(run.offset)
+                self._dirty = True
+            consumer = self.consumer
+            assert consumer is not None  # it gave the error
+            consumer.incremental_unassign([TopicPartition(*where)])
+            consumer.incremental_assign([TopicPartition(*where, OFFSET_BEGINNING)])
         elif error.fatal():
             raise KafkaSourceError(str(error))
         else:
