@@ -3,7 +3,8 @@
 Each case is a stream the reader walks to its end, timed in a process of its own (with a
 time limit, so that a reader that cannot finish is reported as such):
 
-- zeros: a batch, then a zero tail (a preallocated or zero-filled segment end), a batch;
+- zeros: a batch, zero-filled bytes, a batch (zeros running to the end instead are a
+  preallocated segment's unwritten tail, where the log ends);
 - ones: a batch, 0x01 bytes (every position looks like a magic 1 entry), a batch;
 - random: a batch, random bytes, a batch;
 - fakes: a batch, one fake batch header repeated (every copy passes the cheap header

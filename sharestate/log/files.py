@@ -61,6 +61,18 @@ def read_regular(path: Path, limit: int | None = None) -> bytes:
         return file.read(size)
 
 
+def holds_only_zeros(path: Path, chunk: int = 1 << 16) -> bool:
+    """Whether the regular file at `path` holds no byte but zero (an empty file too): a
+    segment Kafka preallocated (`log.preallocate`) and has not written yet."""
+    file, size = open_regular(path)
+    with file:
+        while size > 0 and (data := file.read(min(chunk, size))):
+            if data.count(0) != len(data):
+                return False
+            size -= len(data)
+    return True
+
+
 def open_output(path: Path) -> io.TextIOWrapper:
     """`path` created or truncated for writing UTF-8 text, opened without waiting: a FIFO
     no process reads is refused (`strerror` says so; opened as usual it waits for a reader

@@ -29,7 +29,11 @@ batch's length is not trusted either: an intact batch starting inside it ends it
 (`bad_length`), so a wrong length hides nothing; and bytes that fail their CRC, do not pass
 the header checks and do not end where another entry (or the stream) does are `garbage` up
 to the next intact batch. Fewer than 17 bytes at the end yield one `trailing_bytes`
-finding, and a stream that fails while being read (a cut .gz file, a file larger than a
+finding. Zero bytes from a batch boundary to the end, at least 17 of them (no batch has
+length 0), are the unwritten tail of a preallocated segment (`log.preallocate`: Kafka
+trims the file only when the segment rolls or the broker stops, so a running broker's
+active segment has one): the log ends there, with no finding. A stream that fails while
+being read (a cut .gz file, a file larger than a
 segment can be) ends with a finding of the kind the stream names (`read_error` otherwise).
 Every step moves forward.
 """
@@ -196,6 +200,7 @@ class _Scanner:
         self.read_error: tuple[str, str] | None = None  # finding kind, message
         self.crc32c = running_crc32c()  # the CRCs of resynchronisation's candidates
         self.crc32 = running_crc32()
+        self.last_nonzero = -1  # stream position of the last non-zero byte read so far
 
     # -- the window ------------------------------------------------------------------
 
@@ -248,6 +253,8 @@ class _Scanner:
             data = self._read(max(self.chunk, need - have))
             if not data:
                 break
+            if written := len(data.rstrip(b"\0")):
+                self.last_nonzero = keep + have + written - 1
             parts.append(data)
             have += len(data)
         self.buf = b"".join(parts)
@@ -390,6 +397,9 @@ class _Scanner:
         raw = self.buf[off:off + self.raw_cap]
         resume = self._find_valid(start + 1, None)
         stop = self._end() if resume is None else resume
+        if resume is None and self.read_error is None and self.last_nonzero < start \
+                and stop - start >= _PROBE:
+            return None  # a preallocated segment's unwritten tail: the log ends here
         where = "no valid batch follows" if resume is None else f"resuming at {resume}"
         yield LogFinding(kind, f"{message}; skipped {stop - start} bytes, {where}", start,
                       offset, raw[:stop - start], stop - start, self.source)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from sharestate.log import DEFAULT_LIMITS, LogFinding, ReadLimits, Segment
+from sharestate.log.files import holds_only_zeros
 from sharestate.log.log_starts import log_starts
 from sharestate.log.order import OffsetOrder
 from sharestate.records.detect import Detection
@@ -185,12 +186,14 @@ class PartitionLog:
 
     @property
     def empty_span(self) -> tuple[int, int] | None:
-        """When every segment is an empty Kafka-named file: Kafka's log start (the first
-        segment's base offset, or the checkpointed start if later and not past the end) and
-        end (the last one's base offset, the offset its first batch would take)."""
+        """When every segment is an empty Kafka-named file (or one preallocated and not
+        written yet: zeros only): Kafka's log start (the first segment's base offset, or the
+        checkpointed start if later and not past the end) and end (the last one's base
+        offset, the offset its first batch would take)."""
         try:
             if not self.segments or any(s.base_offset is None or s.gzipped
-                                        or s.path.stat().st_size for s in self.segments):
+                                        or not holds_only_zeros(s.path)
+                                        for s in self.segments):
                 return None
         except OSError:
             return None
