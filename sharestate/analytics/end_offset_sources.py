@@ -22,7 +22,12 @@ from typing import Any
 
 from sharestate.analytics.end_offsets import FILE, KAFKA, SEGMENTS, SERVE, Where, end_offset_row
 from sharestate.cluster import KafkaSourceError, parse_options
-from sharestate.cluster.kafka_options import KAFKA_SCHEME, KafkaOptionError, source_options
+from sharestate.cluster.kafka_options import (
+    KAFKA_SCHEME,
+    KafkaOptionError,
+    redact_userinfo,
+    source_options,
+)
 from sharestate.cluster.kafka_times import offsets_at_times
 from sharestate.log import SourceError
 from sharestate.log.end_offsets import data_partitions, end_offsets_at
@@ -30,6 +35,8 @@ from sharestate.log.end_offsets import data_partitions, end_offsets_at
 HTTP_SCHEMES = ("http://", "https://")
 SERVE_PATH = "/v1/end-offsets"
 SERVE_TIMEOUT_S = 30.0
+NAMED = 5
+"""The most topics `unanswered` names."""
 
 
 class EndOffsetSourceError(ValueError):
@@ -62,6 +69,24 @@ def observe(source: str, wanted: Mapping[Where, Sequence[int]], *,
     if source.startswith(HTTP_SCHEMES):
         return _from_serve(source)
     return _from_segments(source, wanted, {name: i for i, name in (names or {}).items()})
+
+
+def unanswered(source: str, wanted: Mapping[Where, Sequence[int]],
+               rows: Sequence[Mapping[str, Any]], names: Mapping[str, str]) -> list[str]:
+    """A note naming the topics of `wanted` (by id) of which `rows`, what `source`
+    answered, hold no end offset (none: it answered them all). Their share-partitions' lag
+    stays a lower bound; the cause may be a topic deleted, one the folder does not hold, or
+    one the cluster hides from the client (a principal without Describe on it)."""
+    ids = {name: topic_id for topic_id, name in names.items()}
+    answered = {row["topic_id"] for row in rows} | {ids.get(row["topic"]) for row in rows}
+    missing = sorted(names.get(t, t) for t in {topic_id for topic_id, _ in wanted} - answered)
+    if not missing:
+        return []
+    shown = ", ".join(missing[:NAMED]) + (f" and {len(missing) - NAMED} more"
+                                          if len(missing) > NAMED else "")
+    return [f"--end-offsets-from {redact_userinfo(source)}: no end offsets of {shown}: the lag "
+            f"of their share-partitions is a lower bound (a topic deleted or not there, or one "
+            f"the client may not see: a principal needs Describe on the topic)"]
 
 
 def _from_segments(source: str, wanted: Mapping[Where, Sequence[int]],

@@ -59,6 +59,11 @@ TIMESTAMP_TYPES = {TIMESTAMP_CREATE_TIME: CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME
 """confluent_kafka's timestamp kinds by name (any other: `NO_TIMESTAMP_TYPE`)."""
 
 
+UNUSED_GROUP_ERRORS = frozenset({KafkaError.GROUP_AUTHORIZATION_FAILED})
+"""Errors about the consumer group a reader must name (librdkafka wants a `group.id`) but
+never joins or commits to: its client looks the group's coordinator up, which a principal
+without Describe on the group may not. The fetches need no group; the error is ignored."""
+
 def _headers(message: Message) -> list[dict[str, object]]:
     headers = message.headers() or []
     pairs = headers.items() if isinstance(headers, dict) else headers
@@ -99,6 +104,8 @@ def read_range(options: KafkaReadOptions, offsets: OffsetRange,
             messages = consumer.consume(wanted, POLL_TIMEOUT_S)
             for message in messages:
                 error, offset = message.error(), message.offset()
+                if error is not None and error.code() in UNUSED_GROUP_ERRORS:
+                    continue
                 if error is not None and error.code() != KafkaError._PARTITION_EOF:
                     raise KafkaSourceError(options.redact(f"reading {where}: {error}"))
                 if offset is None:

@@ -72,13 +72,19 @@ def topic_ids(admin: AdminClient, timeout: float) -> dict[str, str]:
 
 def _timestamp_types(admin: AdminClient, names: Sequence[str], timeout: float
                      ) -> dict[str, str]:
+    """The `message.timestamp.type` of each topic of `names` whose configuration the
+    client may read (DescribeConfigs on the topic); the others are left out, taken for
+    CreateTime: end offsets found by their timestamps are not exact."""
     resources = [ConfigResource(ResourceType.TOPIC, name) for name in names]
     if not resources:
         return {}
     types = {}
     for resource, future in admin.describe_configs(resources,
                                                    request_timeout=timeout).items():
-        entry = future.result().get("message.timestamp.type")
+        try:
+            entry = future.result().get("message.timestamp.type")
+        except KafkaException:  # not allowed to read it, or deleted since it was listed
+            continue
         types[resource.name] = LOG_APPEND_TIME if entry is not None and \
             entry.value == LOG_APPEND_TIME else CREATE_TIME
     return types

@@ -14,6 +14,7 @@ only by a run that completed.
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 import tempfile
@@ -309,14 +310,15 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
                          else console.phase("quality gate" if job == QUALITY else job))
             with announced:
                 if job == "ingest":
-                    reports.append(ingest(
-                        spark, warehouse, args.source, segments=segments,
-                        run_id=run_id, full=args.full,
-                        kafka_options=kafka_options, connect_timeout=args.connect_timeout,
-                        silver=fused,
-                        limits=ReadLimits(max_batch_records=args.max_batch_records,
-                                          max_findings=args.max_findings),
-                        executors=kernels))
+                    with _reader_failure_named():
+                        reports.append(ingest(
+                            spark, warehouse, args.source, segments=segments,
+                            run_id=run_id, full=args.full,
+                            kafka_options=kafka_options, connect_timeout=args.connect_timeout,
+                            silver=fused,
+                            limits=ReadLimits(max_batch_records=args.max_batch_records,
+                                              max_findings=args.max_findings),
+                            executors=kernels))
                 elif job == "decode":
                     if not fused:
                         reports.append(decode(spark, warehouse, run_id=run_id,
@@ -363,6 +365,26 @@ def _full_file_system_named(warehouse: Path) -> Iterator[None]:
         raise ArgumentError(f"no space left on device: {where}; the tables hold only whole "
                             "commits: free space and run again, and the re-run completes the "
                             "work") from None
+
+
+READER_FAILED = re.compile(r"KafkaSourceError: (.+)")
+"""A live source's reader failing in an executor, as the Spark error carrying its
+traceback states it."""
+
+
+@contextmanager
+def _reader_failure_named() -> Iterator[None]:
+    """A live source's reader that failed in an executor (the cluster went away, refused
+    a read) ends the run with its one line (SourceError, exit 2), not as a bug."""
+    try:
+        yield
+    except SourceError:
+        raise
+    except Exception as exc:
+        said = READER_FAILED.findall(str(exc))
+        if not said:
+            raise
+        raise SourceError(said[-1].strip()) from None
 
 
 def _print_report(report: RunReport) -> None:

@@ -36,6 +36,7 @@ from sharestate.app.serve.view import Fetched, PartitionView, View, partition_vi
 from sharestate.cluster import KafkaReadOptions, KafkaSourceError
 from sharestate.cluster.consumed import ConsumedRun, consumed_runs
 from sharestate.cluster.kafka_plan import admin_client
+from sharestate.cluster.kafka_read import UNUSED_GROUP_ERRORS
 from sharestate.log.discovery import INTERNAL_TOPICS
 
 CONSUME_MESSAGES = 1_000
@@ -211,6 +212,8 @@ class Tailer(threading.Thread):
             assert consumer is not None  # it gave the error
             consumer.incremental_unassign([TopicPartition(*where)])
             consumer.incremental_assign([TopicPartition(*where, OFFSET_BEGINNING)])
+        elif error.code() in UNUSED_GROUP_ERRORS:
+            return
         elif error.fatal():
             raise KafkaSourceError(str(error))
         else:

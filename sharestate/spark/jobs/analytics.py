@@ -31,7 +31,7 @@ from sharestate.analytics.audit import (
     decode_error_row,
     rules_of,
 )
-from sharestate.analytics.end_offset_sources import file_rows, observe
+from sharestate.analytics.end_offset_sources import file_rows, observe, unanswered
 from sharestate.analytics.end_offsets import Timeline, Where, merge_rows, sample_times, timelines
 from sharestate.analytics.lag import FILE, lag_rows
 from sharestate.analytics.lag_bins import (
@@ -131,13 +131,16 @@ def _sampled_times(spark: SparkSession) -> dict[Where, list[int]]:
 
 
 def _end_offsets(spark: SparkSession, lake: Lake, warehouse: Warehouse, inputs: AnalyticsInputs,
-                 names: dict[str, str], metadata: dict[str, str]
+                 names: dict[str, str], metadata: dict[str, str], notes: list[str]
                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Observe the sources at the sampled times; merge into `topic_end_offsets`. The
-    table's rows before and after."""
+    """Observe the sources at the sampled times (`notes` gets what a source left
+    unanswered); merge into `topic_end_offsets`. The table's rows before and after."""
     wanted = _sampled_times(spark) if inputs.end_offsets_from else {}
-    new = [row for source in inputs.end_offsets_from
-           for row in observe(source, wanted, names=names, kafka_options=inputs.kafka_options)]
+    new: list[dict[str, Any]] = []
+    for source in inputs.end_offsets_from:
+        found = observe(source, wanted, names=names, kafka_options=inputs.kafka_options)
+        notes.extend(unanswered(source, wanted, found, names))
+        new += found
     if inputs.end_offsets_file is not None and inputs.end_offsets:
         new += file_rows(inputs.end_offsets_file, inputs.end_offsets, names)
     path = warehouse.path("topic_end_offsets")
@@ -349,7 +352,7 @@ def analytics(spark: SparkSession, warehouse: Warehouse, *, run_id: str,
         for name in ("topic_end_offsets", "share_group_lag_history", "lag_state"):  # older
             warehouse.create(lake, name)                                          # warehouses
         lake.read(warehouse.path(HISTORY_VIEW)).createOrReplaceTempView(HISTORY_VIEW)
-        ends = _end_offsets(spark, lake, warehouse, inputs, names, metadata)
+        ends = _end_offsets(spark, lake, warehouse, inputs, names, metadata, report.notes)
         _lag_history(spark, lake, warehouse, ends, names, run_id, metadata)
         now.result()
     report.rows.update({name: table_rows(warehouse.path(name)) for name in (
