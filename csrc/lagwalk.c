@@ -129,7 +129,9 @@ typedef struct {
     int has_horizon;
     Vec members, heap, at_sample, dirty;  /* Member, Sample, int32, int32 */
     Map where;                      /* (topic, partition) -> member */
-    int64_t lag, counted, inexact, lower;  /* sums over the members with a lag */
+    __int128 lag;                   /* the members' lags summed: past int64 when damaged
+                                       states lag near 2^63 each (the row's lag unknown) */
+    int64_t counted, inexact, lower;  /* over the members with a lag */
     int64_t t;
     int has_t, open, snapped;
     int32_t group;
@@ -207,7 +209,7 @@ static StateLag state_lag(int spso_ok, int64_t spso, int complete_ok, int64_t co
 
 static void totals_add(Walk *w, const Member *m, int sign) {
     if (!m->has_lag) return;
-    w->lag += sign * m->lag.lag;
+    w->lag += (__int128)sign * m->lag.lag;
     w->counted += sign;
     w->inexact += sign * !m->lag.est.exact;
     w->lower += sign * m->lag.est.lower;
@@ -416,9 +418,10 @@ static int close_moment(Walk *w) {
     w->dirty.n = 0;
     w->open = 0;
     int some = w->counted > 0;
+    int fits = some && w->lag >= INT64_MIN && w->lag <= INT64_MAX;
     return emit(w, GROUP_ROW, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1,
-                (uint8_t)(some && !w->inexact), (uint8_t)(!some || w->lower > 0), some, w->lag,
-                (int32_t)w->counted);
+                (uint8_t)(some && !w->inexact), (uint8_t)(!some || w->lower > 0), fits,
+                fits ? (int64_t)w->lag : 0, (int32_t)w->counted);
 }
 
 /* Moments of the samples before `before` (all of them: `until_end`). */

@@ -3,6 +3,7 @@ and exceptions), on Kafka's fixtures, random input and damaged input."""
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import os
@@ -861,3 +862,19 @@ def test_native_lag_walk_matches_python_from_the_start_and_going_on() -> None:
                                      _LAG))
                 == _walked(walk_batches_py(_history_batches(later, saved, size), lines, names,
                                            None, _LAG))), seed
+
+
+def test_native_lag_walk_gives_an_unknown_group_lag_outside_int64() -> None:
+    """Share-partitions of damaged states lagging near 2^63 each: the group's sum is no
+    int64. The C walk summed in int64 and wrapped (a lag of -2 for two of 2^63 - 1); the
+    row's lag is unknown, as Python's is, and known again once the sum fits."""
+    top = (1 << 63) - 1
+    rows = [HistoryRow("g", "T", p, 0, p, 10 + p, False, 0, 0, top) for p in (0, 1)]
+    rows.append(HistoryRow("g", "T", 1, 0, 2, 12, False, top, 0, top))  # lag 0 again
+    lines = timelines([])
+    walked = _walked(walk_batches(_history_batches(rows, {}, 2), lines, {}, None, _LAG))
+    assert walked == _walked(walk_batches_py(_history_batches(rows, {}, 2), lines, {}, None,
+                                             _LAG))
+    groups = sorted((row["time"], row["lag"]) for row in map(ast.literal_eval, walked[0])
+                    if row["scope"] == "group")
+    assert groups == [(10, top), (11, None), (12, top)]
