@@ -14,7 +14,8 @@ the user given as `--kafka-option sasl.username`, the password in
 - `serve`: its consumer authenticates and answers the state the run wrote.
 - a principal that may not describe the data topics: the run says their end offsets are
   missing and why (the cluster hides such topics: before, the lag silently stayed a lower
-  bound); one that may not read `__consumer_offsets`: one line naming it, exit 2.
+  bound); one that may not describe `__consumer_offsets` reads the share state and says why
+  it read no offsets; one that may describe it but not read it: one line naming it, exit 2.
 - a wrong password, or a certificate the client does not trust: `run` and `serve` exit 2
   within seconds with one line saying the cluster refused the client (librdkafka retries a
   failed authentication or handshake for ever: `run` waited out its connect timeout and
@@ -66,6 +67,7 @@ ALLOWED = {
                *((topic, "DESCRIBE") for topic in DATA)],
     "narrow": [(topic, op) for topic in INTERNAL for op in ("READ", "DESCRIBE")],
     "blind": [("__share_group_state", "READ"), *((topic, "DESCRIBE") for topic in INTERNAL)],
+    "hidden": [("__share_group_state", op) for op in ("READ", "DESCRIBE")],
 }
 """Each principal's ACLs (topic, operation): `reader` what docs/kafka-cluster.md asks for."""
 AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -173,6 +175,13 @@ def test_what_a_principal_may_not_see_is_named(broker: KafkaBroker, tls: Tls,
     assert note.startswith(f"--end-offsets-from kafka://{broker.sasl_bootstrap}: no end "
                            f"offsets of events, orders, payments: "), note
     assert "Describe on the topic" in note
+    hidden = _run_as("hidden", tls, broker, tmp_path / "hidden")
+    assert hidden.returncode in (0, 1), hidden.stderr
+    assert (f"kafka://{broker.sasl_bootstrap}: topic __consumer_offsets is not in the cluster "
+            f"(Kafka creates it when first used), or the client may not see it (a principal "
+            f"needs Describe on it): nothing to read") in hidden.stderr
+    assert DeltaTable(str(tmp_path / "hidden" / "share_partition_state")).to_pyarrow_table(
+        ).num_rows > 0
     blind = _run_as("blind", tls, broker, tmp_path / "blind")
     assert blind.returncode == 2, blind.stderr
     line = blind.stderr.strip().splitlines()[-1]

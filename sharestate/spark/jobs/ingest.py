@@ -80,7 +80,9 @@ def ingest(spark: SparkSession, warehouse: Warehouse, sources: Sequence[str], *,
         raw, plan = _kafka_raw(spark, lake, warehouse, uri, full, kafka_options or {},
                                connect_timeout)
         report.notes.extend(f"{uri}: topic {topic} is not in the cluster (Kafka creates it "
-                            f"when first used): nothing to read" for topic in plan.absent_topics)
+                            f"when first used), or the client may not see it (a principal "
+                            f"needs Describe on it): nothing to read"
+                            for topic in plan.absent_topics)
         _write_bronze(spark, lake, warehouse, raw,
                       partial(tasks.ingest_consumed, run_id=run_id, source=uri, silver=silver,
                               limits=limits),
