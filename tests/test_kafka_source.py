@@ -194,3 +194,27 @@ def test_password_stays_out_of_plans_errors_and_logs(
     for text in (*plans, str(planned.value), repr(planned.value), str(in_spark.value),
                  captured.out, captured.err, caplog.text):
         assert PASSWORD not in text
+
+
+def test_a_cluster_gone_under_the_reader_is_named_not_printed(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """The cluster gone while an executor reads a range: its consumer printed librdkafka's
+    own lines (`%3|...|FAIL|rdkafka#consumer-1| ... Connection refused`) into the
+    executor's stderr at every retry; they stay off it, and the error that ends the read
+    names the cause."""
+    import gc
+    import re
+
+    holder = [Producer({"test.mock.num.brokers": 1,
+                        "logger": logging.getLogger("tests.mock-cluster")})]
+    address = ",".join(f"{b.host}:{b.port}"
+                       for b in holder[0].list_topics(timeout=10).brokers.values())
+    holder.clear()  # the mock cluster goes with the client that holds it
+    gc.collect()
+    options = parse_options({"bootstrap.servers": address, "topics": "orders",
+                             "timeoutMs": "2000"})
+    with pytest.raises(KafkaSourceError, match=r"no records from orders-0 .*: .*"
+                                               r"Connection refused"):
+        list(read_range(options, OffsetRange("orders", 0, 0, 5)))
+    assert not [line for line in re.findall(r"^%\d\|.*", capfd.readouterr().err, re.M)
+                if address in line]

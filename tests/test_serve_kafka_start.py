@@ -11,6 +11,7 @@ its own):
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from pathlib import Path
@@ -92,3 +93,38 @@ def test_serve_creates_no_internal_topic_and_waits_for_a_broker_that_is_down(
         finally:
             assert waiting.stop(signal.SIGTERM) == 0, waiting.stderr
         assert "Traceback" not in waiting.stderr
+
+
+def test_a_broker_gone_while_serving_is_a_status_line_not_the_clients_own(
+        tmp_path: Path) -> None:
+    """The broker stopped under a running service: its consumer printed librdkafka's own
+    lines (`%3|...|FAIL|rdkafka#consumer-1| ... Connect to ... failed: Connection refused`)
+    on stderr at every retry. They go to the service's log at DEBUG; a status line says
+    the cluster does not answer and why (after `FIRST_S`, then every `STATUS_S`), and one
+    that it answers again, after which the service reads on."""
+    with running_broker(RELEASES["4.3"], tmp_path / "broker") as broker:
+        commit_offset(broker, "g1", 3)
+        service = ServeProcess("--source", f"kafka://{broker.bootstrap}")
+        try:
+            assert service.address is not None
+            eventually(lambda: committed(service.address) == [("g1", "orders", 0, 3)])
+            broker.stop()
+            gone = f"the cluster at {broker.bootstrap} has not answered for "
+            eventually(lambda: gone in service.stderr)
+            time.sleep(5)  # librdkafka retries meanwhile, several times
+            lines = [line for line in service.lines if gone in line]
+            assert len(lines) == 1 and "Connection refused; trying again" in lines[0], lines
+            broker.launch()
+            eventually(lambda: f"the cluster at {broker.bootstrap} answers again, after "
+                               in service.stderr, timeout=30)
+            consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g1",
+                                 "enable.auto.commit": "false"})
+            try:
+                consumer.commit(offsets=[TopicPartition("orders", 0, 5)], asynchronous=False)
+            finally:
+                consumer.close()
+            eventually(lambda: committed(service.address) == [("g1", "orders", 0, 5)])
+        finally:
+            assert service.stop(signal.SIGTERM) == 0, service.stderr
+        assert not re.findall(r"^%\d\|", service.stderr, re.M), service.stderr
+        assert "Traceback" not in service.stderr

@@ -107,9 +107,7 @@ def ask_quietly(options: KafkaReadOptions, ask: Callable[[AdminClient], T],
     and a broker refusing the client (`REFUSED`, seen whenever the client serves its
     callbacks) ClusterRefused, once the client is gone: an exception that led back to it
     (kept by a caller, a test) would keep its threads retrying the cluster and logging."""
-    heard = _Heard()
-    log = logging.Logger("sharestate.cluster.client")  # its own: nothing else hears it
-    log.addHandler(heard)
+    log, heard = quiet_log()
     admin = admin_client(options, logger=log, error_cb=_raise_refused)
     try:
         try:
@@ -196,7 +194,16 @@ def check_reachable(options: KafkaReadOptions, timeout_s: float) -> None:
             str(max(int(timeout_s * 1000), 1000))}), ask, unreachable)
 
 
-class _Heard(logging.Handler):
+def quiet_log() -> tuple[logging.Logger, Heard]:
+    """A logger for a client's own lines (its `logger`), that nothing else hears, and what
+    keeps the last error among them."""
+    heard = Heard()
+    log = logging.Logger("sharestate.cluster.client")
+    log.addHandler(heard)
+    return log, heard
+
+
+class Heard(logging.Handler):
     """Keeps the client's last error line, without its thread and broker prefix."""
 
     def __init__(self) -> None:
@@ -204,8 +211,13 @@ class _Heard(logging.Handler):
         self.last: str | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
-        line = record.getMessage().rsplit("]: ", 1)[-1]
-        self.last = _AFTER.sub("", line)
+        self.last = client_line(record.getMessage())
+
+
+def client_line(line: str) -> str:
+    """A librdkafka log or error line without its thread and broker prefix and its
+    connection state suffix: `Connect to ipv4#127.0.0.1:9092 failed: Connection refused`."""
+    return _AFTER.sub("", line.rsplit("]: ", 1)[-1])
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from confluent_kafka import (
 )
 
 from sharestate.cluster.kafka_options import KafkaReadOptions
-from sharestate.cluster.kafka_plan import KafkaSourceError, OffsetRange
+from sharestate.cluster.kafka_plan import KafkaSourceError, OffsetRange, quiet_log
 from sharestate.log.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP_TYPE
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -87,11 +87,14 @@ def messages_batch(rows: list[Message]) -> pa.RecordBatch:
 
 def read_range(options: KafkaReadOptions, offsets: OffsetRange,
                batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-    """The records of `offsets` in offset order, as batches of at most `batch_rows` rows."""
+    """The records of `offsets` in offset order, as batches of at most `batch_rows` rows.
+    The consumer's own log lines (a broker refusing connections, ...) stay off stderr: the
+    last error among them says why when no records came in time."""
     where = f"{offsets.topic}-{offsets.partition}"
+    log, heard = quiet_log()
     try:
         consumer = Consumer({**options.client_config("sharestate-reader"),
-                             "enable.partition.eof": "true"})
+                             "enable.partition.eof": "true", "logger": log})
     except KafkaException as exc:
         raise KafkaSourceError(options.redact(f"cannot create a Kafka client: {exc}")) from None
     try:
@@ -122,9 +125,10 @@ def read_range(options: KafkaReadOptions, offsets: OffsetRange,
             if messages:
                 deadline = time.monotonic() + options.timeout_ms / 1000
             elif time.monotonic() > deadline:
-                raise KafkaSourceError(f"no records from {where} for {options.timeout_ms}"
-                                       f" ms at offset {position} (range ends at "
-                                       f"{offsets.end})")
+                why = "" if heard.last is None else f": {heard.last}"
+                raise KafkaSourceError(options.redact(
+                    f"no records from {where} for {options.timeout_ms} ms at offset "
+                    f"{position} (range ends at {offsets.end}){why}"))
             if len(pending) >= batch_rows or (pending and position >= offsets.end):
                 yield messages_batch(pending)
                 pending = []

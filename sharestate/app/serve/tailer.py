@@ -31,6 +31,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from sharestate.app.serve.checkpoint import Checkpointer, Taken
+from sharestate.app.serve.cluster_status import ClusterStatus
 from sharestate.app.serve.partition import PartitionReplay, ReplayOptions
 from sharestate.app.serve.view import Fetched, PartitionView, View, partition_view
 from sharestate.cluster import KafkaReadOptions, KafkaSourceError
@@ -117,6 +118,8 @@ class Tailer(threading.Thread):
         self._next_publish = 0.0
         self.view = View()
         """What readers see: replaced whole, never changed in place."""
+        self.status = ClusterStatus(options.redact(options.bootstrap_servers))
+        """Whether the cluster answers, said on the log in place of the clients' lines."""
         self._publish()
 
     def run(self) -> None:
@@ -131,7 +134,8 @@ class Tailer(threading.Thread):
             consumer = self.consumer = Consumer({
                 **CONSUMER_DEFAULTS, **self.options.client_config("sharestate-serve"),
                 "enable.partition.eof": "true", "auto.offset.reset": "error",
-                "stats_cb": self._statistics})
+                "stats_cb": self._statistics, "error_cb": self.status.error,
+                "logger": self.status.client_log})
             # the partitions' leaders known before they are assigned: an assigned partition
             # without one waits librdkafka's 500 ms offset-query retry (only a head start:
             # a cluster that does not answer now is read once it does)
@@ -145,8 +149,11 @@ class Tailer(threading.Thread):
             look = time.monotonic() + NEW_PARTITIONS_S
             while not self.stopping.is_set():
                 self._apply(self._next(consumer))
+                self.status.tick()
                 now = time.monotonic()
-                if self.watch and now >= look:
+                # not while the cluster does not answer: the lookup would hold the writer
+                # (and the status line) for the whole timeout
+                if self.watch and now >= look and self.status.down_since is None:
                     self._pick_up_new_partitions(consumer)
                     look = time.monotonic() + NEW_PARTITIONS_S
                 if self._dirty and now >= self._next_publish:
@@ -253,6 +260,7 @@ class Tailer(threading.Thread):
             self._fetched = fetched(report, now=time.time(), committed=(
                 self.options.isolation_level == "read_committed"))
             self._dirty = True
+            self.status.statistics(report)
         except (ValueError, TypeError, AttributeError) as exc:  # a report we cannot read
             LOG.debug("the consumer's statistics: %r", exc)
 
@@ -277,8 +285,13 @@ class Tailer(threading.Thread):
     def _await_internal_topics(self) -> None:
         """Every `NEW_PARTITIONS_S`, look for the internal topics' partitions, until some
         appeared (their replays added) or the tailer stops."""
-        admin = admin_client(self.options)
+        admin = admin_client(self.options, logger=self.status.client_log,
+                             error_cb=self.status.error, stats_cb=self.status.statistics,
+                             **{"statistics.interval.ms": CONSUMER_DEFAULTS[
+                                 "statistics.interval.ms"]})
         while not self.stopping.wait(NEW_PARTITIONS_S):
+            admin.poll(0)  # its log lines and errors, to `status`
+            self.status.tick()
             if self._add_new_partitions(admin):
                 return
 
@@ -295,8 +308,9 @@ class Tailer(threading.Thread):
         replays added (none when the cluster does not answer now: it is asked again later)."""
         try:
             topics = client.list_topics(timeout=self.options.timeout_ms / 1000).topics
-        except KafkaException as exc:
-            LOG.warning("%s", self.options.redact(f"looking for new partitions: {exc}"))
+        except KafkaException as exc:  # the cluster not answering: `status` says so
+            LOG.log(logging.DEBUG if self.status.down_since is not None else logging.WARNING,
+                    "%s", self.options.redact(f"looking for new partitions: {exc}"))
             return []
         found = sorted((topic, partition) for topic in INTERNAL_TOPICS
                        if (described := topics.get(topic)) is not None
