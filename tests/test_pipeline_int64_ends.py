@@ -5,8 +5,8 @@ writer could leave): a batch ending at 2^63 - 1, start offsets of -2^63 and 2^63
 batch (last + 1) and the count of its records wrap: the history said lag 0 where
 `share_group_lag` says 2^63 - 1, and in pure-Python mode the walk's lag of a wrapped count
 (2^63) failed the run (exit 70). `state`, `prune` and `run` now give the same answers with and
-without the C extension, and the history's latest lag of each share-partition is the one
-`share_group_lag` gives.
+without the C extension, the history's latest lag of each share-partition is the one
+`share_group_lag` gives, and a group's lag that no int64 holds is unknown.
 """
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ RECORDS = [  # (group, partition, value)
     ("h", 1, _snapshot(TOP - 1, (TOP - 1, TOP, 0, 1))),
     ("h", 1, _update(TOP, (TOP, TOP, ACKED, 1))),
     ("k", 0, _snapshot(0, (0, TOP, ACKED, 1))),  # its count wrapped to -2^63: exit 70
+    ("m", 0, _snapshot(0, (0, TOP - 1, 0, 1))),  # lagging 2^63 - 1 each: their group's
+    ("m", 1, _snapshot(0, (0, TOP - 1, 0, 1))),  # sum is no int64
 ]
 VOLATILE = {"ingest_run", "run_id", "finished_at", "started_at", "seconds", "committed_at",
             "code", "state"}
@@ -138,5 +140,9 @@ def test_the_latest_lag_of_the_history_is_share_group_lags(runs: dict[bool, Path
                           .to_pyarrow_table().to_pylist(), key=lambda r: r["record_offset"] or 0):
             if row["scope"] == "share_partition":
                 latest[(row["group_id"], row["partition"])] = (row["end_offset"], row["lag"])
-        assert len(now) == 6 and latest == now
+        assert len(now) == 8 and latest == now
         assert now[("g", 0)] == (TOP, TOP - 11)
+        groups = sorted((row["time"], row["lag"]) for row in DeltaTable(
+            str(warehouse / "share_group_lag_history")).to_pyarrow_table().to_pylist()
+            if row["scope"] == "group" and row["group_id"] == "m")
+        assert [lag for _, lag in groups] == [TOP, None], groups
