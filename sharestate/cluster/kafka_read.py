@@ -64,6 +64,7 @@ UNUSED_GROUP_ERRORS = frozenset({KafkaError.GROUP_AUTHORIZATION_FAILED})
 never joins or commits to: its client looks the group's coordinator up, which a principal
 without Describe on the group may not. The fetches need no group; the error is ignored."""
 
+
 def _headers(message: Message) -> list[dict[str, object]]:
     headers = message.headers() or []
     pairs = headers.items() if isinstance(headers, dict) else headers
