@@ -70,10 +70,13 @@ ALLOWED = {
     "hidden": [("__share_group_state", op) for op in ("READ", "DESCRIBE")],
 }
 """Each principal's ACLs (topic, operation): `reader` what docs/kafka-cluster.md asks for."""
-AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-              "super.users": "User:ANONYMOUS", "allow.everyone.if.no.acl.found": "false"}
+SETTINGS = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:ANONYMOUS", "allow.everyone.if.no.acl.found": "false",
+            "log.roll.ms": "3600000",
+            "share.coordinator.state.topic.prune.interval.ms": "3600000"}
 """Only ACLs allow; the plain listener's clients (the workload, Kafka's tools, the broker
-itself) are super users."""
+itself) are super users. The runs compared read the same log: no segment rolls (the log
+cleaner compacted `__consumer_offsets` between them) and no prune moves a log start."""
 SASL = ("--kafka-option", "security.protocol=SASL_SSL", "--kafka-option", "sasl.mechanism=PLAIN")
 GROUP = "sg-sasl"
 PER_RUN = {"ingest_run", "run_id", "source", "finished_at", "committed_at"}
@@ -89,7 +92,7 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Tls:
 def broker(tmp_path_factory: pytest.TempPathFactory, tls: Tls) -> Iterator[KafkaBroker]:
     """A broker with share state: one share group that read all three topics, accepting,
     releasing and rejecting."""
-    with running_broker(RELEASES["4.3"], tmp_path_factory.mktemp("kafka-sasl"), AUTHORIZER,
+    with running_broker(RELEASES["4.3"], tmp_path_factory.mktemp("kafka-sasl"), SETTINGS,
                         sasl_users=dict.fromkeys(ALLOWED, SECRET), tls=tls) as running:
         workload = Workload(running)
         for made in workload.admin().create_acls([
