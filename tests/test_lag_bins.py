@@ -102,6 +102,11 @@ def test_groups_are_dealt_largest_first_onto_the_lightest_bin(tmp_path: Path) ->
     assert bins_for(counts, 1, 5) == [["a"], ["c", "e"], ["b"], ["d", "saved"]]
     assert bins_for(counts, 1, 4) is None  # a group of 5 rows
     assert bins_for({g: 4 for g in "abcdefghi"}, 2, 4) is None  # 9 bins: past 4 a core
+    many = {f"g{i:02}": 1 for i in range(40)}
+    assert len(bins_for(many, 12, 40) or []) == 12  # a bin a core, up to 12 cores
+    assert len(bins_for(many, 4, 4) or []) == 10  # more bins than cores where needed
+    assert bins_for(many, 4, 3) is None  # 14 bins, within 4 a core but past 12 in all
+    assert bins_for(many, 13, 40) is None  # past 12 cores the shuffle is quicker
     assert bins_for({}, 2, 0) == []
     files = _files(tmp_path, random.Random(1))
     read = _read(files, None)

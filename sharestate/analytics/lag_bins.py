@@ -8,9 +8,10 @@ column alone), deals the groups into bins, largest first onto the lightest (`dea
 each task reads every file, keeps its bin's rows and sorts them on integer keys
 (`bin_inputs`). A bin holds its rows in memory while it sorts them, at most `BIN_ROWS` (the
 setting `spark.sharestate.lagBinRows`): one bin a core, or more where they would hold more
-(`bins_for`), up to `BINS_PER_CORE` a core, as each bin reads every file again; past that,
-or for a group larger than a bin, the job lets Spark shuffle and sort the rows instead
-(its sort spills to disk).
+(`bins_for`), up to `BINS_PER_CORE` a core and `MOST_BINS` in all, as each bin reads every
+file again; past that, or for a group larger than a bin, the job lets Spark shuffle and
+sort the rows instead (its sort spills to disk). So on a cluster of many cores the files
+are read at most `MOST_BINS` times, and a large history moves once, through the shuffle.
 """
 
 from __future__ import annotations
@@ -40,6 +41,14 @@ Python peaked at 450-550 MB on a bin of 2.7 M rows)."""
 BINS_PER_CORE: Final = 4
 """The most bins a core: each reads the history files through (about 0.2 CPU-s per
 million rows)."""
+MOST_BINS: Final = 12
+"""The most bins in all. Every bin reads every history file, about 0.3 CPU-s a million rows
+with its filter, and sorts, walks and writes its own rows, about 0.9; Spark's shuffle and
+sort instead cost about 5.3 CPU-s a million rows in all (5 M rows on `local[2]`, a 4 GiB
+driver so that nothing spilled). On c cores the bins take some 0.3 + 0.9/c seconds of wall
+time a million rows, the shuffle 5.3/c: past about 14 cores the shuffle is the quicker, as
+a bin's read does not shrink with more cores (12 leaves a margin for files read over a
+network, where a read costs more)."""
 WALK_BINS: Final = pa.schema([
     ("groups", pa.list_(pa.string())), ("resumes", pa.list_(pa.string())),
     ("uris", pa.list_(pa.string())), ("state_partitions", pa.list_(pa.int32()))])
@@ -75,10 +84,10 @@ def deal(counts: Mapping[str, int], bins: int, limit: int) -> list[list[str]] | 
 
 def bins_for(counts: Mapping[str, int], cores: int, limit: int) -> list[list[str]] | None:
     """The groups of `counts` dealt into the fewest bins, from one a core up to
-    `BINS_PER_CORE` a core, none holding more than `limit` rows; None if there are none
-    such."""
+    `BINS_PER_CORE` a core and `MOST_BINS` in all, none holding more than `limit` rows;
+    None if there are none such (on more than `MOST_BINS` cores, always)."""
     least = max(cores, -(-sum(counts.values()) // max(limit, 1)))
-    for bins in range(least, BINS_PER_CORE * cores + 1):
+    for bins in range(least, min(BINS_PER_CORE * cores, MOST_BINS) + 1):
         dealt = deal(counts, bins, limit)
         if dealt is not None:
             return dealt

@@ -68,7 +68,7 @@ def _jobs() -> Iterator[str]:
 
 
 def _spark() -> Iterator[str]:
-    from sharestate.analytics.lag_bins import BIN_ROWS, BINS_PER_CORE
+    from sharestate.analytics.lag_bins import BIN_ROWS, BINS_PER_CORE, MOST_BINS
     from sharestate.arguments import VERBOSE_CONF
     from sharestate.lake.select import BACKEND_CONF
     from sharestate.spark.class_archive import SETTING
@@ -113,9 +113,10 @@ def _spark() -> Iterator[str]:
            f"most history rows a task of the analytics job reads and sorts in memory to walk "
            f"its share groups' lag history, about 90 bytes a row besides the 150-250 MB of "
            f"reading the files; past it the job deals the groups into more tasks than cores "
-           f"(each reads the files again, up to {BINS_PER_CORE} a core), and past those, or for "
-           f"a group larger than that, lets Spark shuffle and sort the rows (slower, spilling "
-           f"to disk), as it does at 0 (see `sharestate/analytics/lag_bins.py`).\n\n")
+           f"(each reads the files again, up to {BINS_PER_CORE} a core and {MOST_BINS} in all), "
+           f"and past those, or for a group larger than that, or on more than {MOST_BINS} cores, "
+           f"lets Spark shuffle and sort the rows (it moves them once; on few cores slower, "
+           f"spilling to disk), as it does at 0 (see `sharestate/analytics/lag_bins.py`).\n\n")
     yield "| setting | default | when |\n|---|---|---|\n"
     for key, value in DEFAULTS.items():
         yield f"| `{key}` | `{value}` | always |\n"
