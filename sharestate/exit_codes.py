@@ -22,8 +22,19 @@ SERVE_FAILED = 5
 """`sharestate serve` stopped because a partition's replay or the cluster reader failed
 (one line on stderr names which and why). No checkpoint of the failed state is written:
 restarted, it resumes from the last good one."""
+UNAVAILABLE = 75
+"""A live source did not answer, or stopped answering (a cluster unreachable or not ready,
+`sharestate serve` not answering): the job that read it committed nothing, and the same
+command run later goes on from the jobs before it (BSD's EX_TEMPFAIL). One line on
+stderr."""
 INTERNAL = 70
 """An unhandled exception: a bug (BSD's EX_SOFTWARE). Traceback, then one line."""
+
+
+def unavailable(exc: BaseException, program: str = "sharestate") -> int:
+    """Report a live source that did not answer: one line saying to run again later."""
+    print(f"{program}: unavailable: {exc}; run again later", file=sys.stderr, flush=True)
+    return UNAVAILABLE
 
 
 def internal_error(exc: BaseException, program: str = "sharestate") -> int:

@@ -111,6 +111,8 @@ case "$FAKE_SPARK_MODE" in
   bug) echo "Traceback (most recent call last):"; echo "RuntimeError: boom"
        echo "sharestate: internal error (RuntimeError): this is a bug in sharestate"; exit 70;;
   usage) echo "sharestate: error: --warehouse is required"; exit 2;;
+  unavailable) echo "sharestate: unavailable: cannot reach the cluster; run again later"
+               exit 75;;
 esac
 exit 99
 """
@@ -230,7 +232,8 @@ def probe(out: Path) -> None:
     outcomes: dict[str, Any] = {}
     argv_file = out.with_suffix(".argv")
     for mode, conf in (("clean", None), ("findings", None), ("submit", None), ("bug", None),
-                       ("usage", None), ("findings_fail", {"fail_on_findings": True})):
+                       ("usage", None), ("unavailable", None),
+                       ("findings_fail", {"fail_on_findings": True})):
         os.environ["FAKE_SPARK_MODE"] = mode.split("_")[0]
         os.environ["FAKE_SPARK_ARGV"] = str(argv_file)
         task, ctx = rendered("analytics", conf)
@@ -411,6 +414,7 @@ def test_the_dag_knows_sharestates_exit_statuses() -> None:
                  if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
                  and node.targets[0].id.endswith("_EXIT")}
     assert constants == {"FINDINGS_EXIT": exit_codes.FINDINGS, "USAGE_EXIT": exit_codes.USAGE,
+                         "UNAVAILABLE_EXIT": exit_codes.UNAVAILABLE,
                          "INTERNAL_EXIT": exit_codes.INTERNAL}
 
 
@@ -418,7 +422,8 @@ def test_the_dag_knows_sharestates_exit_statuses() -> None:
 def test_spark_exit_statuses(probed: dict[str, Any]) -> None:
     """0 succeeds; 1 after the job's closing line is findings: success plus XCom (or a failure
     without retry when fail_on_findings); 2 (a setting to fix) fails without retry; 1 without
-    the line (spark-submit's own failure) and 70 (a bug) fail and are retried."""
+    the line (spark-submit's own failure), 75 (a live source did not answer) and 70 (a bug)
+    fail and are retried."""
     runs = probed["spark_exit"]
     assert runs["clean"]["outcome"] == "success" and runs["clean"]["xcom"] == {"findings": False}
     assert runs["findings"]["outcome"] == "success"
@@ -427,6 +432,7 @@ def test_spark_exit_statuses(probed: dict[str, Any]) -> None:
     assert runs["submit"]["outcome"] == "AirflowException"
     assert runs["bug"]["outcome"] == "AirflowException"
     assert runs["usage"]["outcome"] == "AirflowFailException"
+    assert runs["unavailable"]["outcome"] == "AirflowException"
     argv = runs["clean"]["argv"]
     assert argv[:2] == ["--master", "local[2]"]
     settings = [argv[i + 1] for i, a in enumerate(argv) if a == "--conf"]

@@ -118,11 +118,12 @@ def test_run_reads_a_cluster_without_share_state(groups_only: str, tmp_path: Pat
 def test_a_cluster_gone_after_the_check_stops_the_run_with_one_line(
         tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """The cluster answered the check, then stopped answering before ingest planned its
-    read: a one-line error, exit 2, within `--connect-timeout` (it was exit 70 with a
-    traceback, "a bug in sharestate", after the reader's 60 s). The planning's client
-    prints none of its own connection failures and is gone with the run (the exception
-    kept here held it: it went on retrying and logging into later tests)."""
-    from sharestate.log import SourceError
+    read: a one-line error, exit 75 (run again later), within `--connect-timeout` (it was
+    exit 2, and before that exit 70 with a traceback, "a bug in sharestate", after the
+    reader's 60 s). The planning's client prints none of its own connection failures and
+    is gone with the run (the exception kept here held it: it went on retrying and logging
+    into later tests)."""
+    from sharestate.log import SourceUnavailable
     from sharestate.spark.run import parser, run
 
     gc.collect()  # a client an earlier test left, gone now rather than during the run
@@ -140,9 +141,9 @@ def test_a_cluster_gone_after_the_check_stops_the_run_with_one_line(
     args = parser().parse_args(["--source", f"kafka://{address}", "--warehouse",
                                 str(tmp_path / "wh"), "--connect-timeout", "2",
                                 "--conf", "spark.ui.enabled=false"])
-    with pytest.raises(SourceError, match=f"cannot read watermarks .* from {address}: .*"
-                                          f"Connection refused") as failed:
-        run(args, spark_factory=session_then_gone)  # `main` says it in one line, exit 2
+    with pytest.raises(SourceUnavailable, match=f"cannot read watermarks .* from {address}: "
+                                                f".*Connection refused") as failed:
+        run(args, spark_factory=session_then_gone)  # `main` says it in one line, exit 75
     gc.collect()
     assert client_threads() <= threads, failed.value  # `failed` holds the exception
     # errors and warnings about this cluster (a client another test left may log its own)

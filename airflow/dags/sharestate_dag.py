@@ -34,16 +34,17 @@ recompute and replace their tables), so the gold tables come out the same as lon
 bronze `log_records` still hold the records up to the interval end.
 
 **Exit status** (sharestate's scheme: 0 clean, 1 findings, 2 bad arguments or an environment
-that cannot run, 3 the quality gate could not run, 70 an internal error). A Spark job: 0
-succeeds; 1 after the job's closing line `tables in ... (run ID)` = it completed with
-findings (decode errors, audit warnings): the task succeeds with a warning and pushes XCom
-`findings=True`, unless the setting `fail_on_findings` is true (then it fails without
-retries); 2 fails without retries (a setting to fix: retrying cannot help); anything else
-fails and is retried: 70 (a bug in sharestate, traceback in the log), 1 without the closing
-line (spark-submit's own failures exit 1, and in cluster mode its output is not the
-driver's), a signal. The `quality` command: 0 passes; 1 (a gate failed) and 2 (bad
-settings) fail the run without retry; anything else (3 the gate could not run, 70) fails and
-is retried once.
+that cannot run, 3 the quality gate could not run, 75 a live source did not answer, 70 an
+internal error). A Spark job: 0 succeeds; 1 after the job's closing line `tables in ... (run
+ID)` = it completed with findings (decode errors, audit warnings): the task succeeds with a
+warning and pushes XCom `findings=True`, unless the setting `fail_on_findings` is true (then
+it fails without retries); 2 fails without retries (a setting to fix: retrying cannot help);
+anything else fails and is retried: 75 (the cluster, or the serve asked for end offsets, did
+not answer or stopped answering: a broker restarting, a partition without a leader), 70 (a
+bug in sharestate, traceback in the log), 1 without the closing line (spark-submit's own
+failures exit 1, and in cluster mode its output is not the driver's), a signal. The
+`quality` command: 0 passes; 1 (a gate failed) and 2 (bad settings) fail the run without
+retry; anything else (3 the gate could not run, 70) fails and is retried once.
 
 **Catchup and backfill.** `catchup=False`: when the DAG is unpaused, or after runs were
 blocked (`max_active_runs=1`), only the latest complete interval is scheduled; intervals in
@@ -99,6 +100,8 @@ FINDINGS_EXIT = 1
 """A job completed with findings (after its closing line); the quality gate failed."""
 USAGE_EXIT = 2
 """Bad arguments, unusable input or an environment that cannot run: retrying cannot help."""
+UNAVAILABLE_EXIT = 75
+"""A live source did not answer, or stopped answering: a retry later may find it back."""
 INTERNAL_EXIT = 70
 """An unhandled exception: a bug in sharestate."""
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -263,6 +266,9 @@ class SharestateSparkSubmitOperator(SparkSubmitOperator):
                 raise AirflowFailException(
                     f"{self.task_id}: bad arguments or an environment that cannot run (exit "
                     f"{USAGE_EXIT}): fix the settings; not retried") from None
+            if status == UNAVAILABLE_EXIT:
+                self.log.warning("%s: a live source did not answer (exit %d); retrying",
+                                 self.task_id, UNAVAILABLE_EXIT)
             if status == INTERNAL_EXIT:
                 self.log.error("%s: internal error in sharestate (exit %d): a bug, see the "
                                "traceback above; retrying", self.task_id, INTERNAL_EXIT)

@@ -12,6 +12,7 @@ A source is one of:
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import urllib.error
@@ -28,6 +29,7 @@ from sharestate.cluster.kafka_options import (
     redact_userinfo,
     source_options,
 )
+from sharestate.cluster.kafka_plan import ClusterNotReady
 from sharestate.cluster.kafka_times import offsets_at_times
 from sharestate.log import SourceError
 from sharestate.log.end_offsets import data_partitions, end_offsets_at
@@ -41,6 +43,11 @@ NAMED = 5
 
 class EndOffsetSourceError(ValueError):
     """A source that cannot be read: one line."""
+
+
+class EndOffsetsUnavailable(EndOffsetSourceError):
+    """A live source that did not answer (a cluster not ready or unreachable, a serve not
+    answering or answering that it cannot now): it may answer later."""
 
 
 def check_source(source: str) -> str:
@@ -62,6 +69,8 @@ def observe(source: str, wanted: Mapping[Where, Sequence[int]], *,
         try:
             options = parse_options(source_options(source, kafka_options or {}))
             found = offsets_at_times(options, wanted)
+        except ClusterNotReady as exc:
+            raise EndOffsetsUnavailable(str(exc)) from None
         except (KafkaSourceError, KafkaOptionError) as exc:
             raise EndOffsetSourceError(str(exc)) from None
         return [end_offset_row(f.topic, f.topic_id, f.partition, f.time, f.end_offset, KAFKA,
@@ -113,7 +122,12 @@ def _from_serve(source: str) -> list[dict[str, Any]]:
     try:
         with urllib.request.urlopen(url, timeout=SERVE_TIMEOUT_S) as answer:
             entries = json.loads(answer.read())
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except urllib.error.HTTPError as exc:
+        kind = EndOffsetsUnavailable if exc.code >= 500 else EndOffsetSourceError
+        raise kind(f"cannot read end offsets from {url}: {exc}") from None
+    except (OSError, http.client.HTTPException) as exc:  # refused, timed out, cut off
+        raise EndOffsetsUnavailable(f"cannot read end offsets from {url}: {exc}") from None
+    except ValueError as exc:
         raise EndOffsetSourceError(f"cannot read end offsets from {url}: {exc}") from None
     try:
         return [end_offset_row(e.get("topic"), e.get("topic_id"), int(e["partition"]),

@@ -3,8 +3,9 @@
 Exit statuses (`sharestate.exit_codes`): 0 everything decoded/applied cleanly; 1 the run
 completed but recorded findings; 2 bad arguments, an unreadable source or an environment that
 cannot run (one line on stderr); 3 the quality gate could not run; 4 a `sql`
-query was refused or failed (one line with Spark's error class); 70 an internal error (a
-bug: traceback, then one line).
+query was refused or failed (one line with Spark's error class); 75 a live source did not
+answer (`run` and `serve`: one line; run again later); 70 an internal error (a bug:
+traceback, then one line).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from sharestate.log import (
     ReadLimits,
     Segment,
     SourceError,
+    SourceUnavailable,
     discover,
 )
 from sharestate.log.files import open_output
@@ -955,6 +957,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         func: Callable[[argparse.Namespace], int] = args.func
         return func(args)
+    except SourceUnavailable as exc:
+        return exit_codes.unavailable(exc)
     except (UsageError, SourceError) as exc:
         print(f"sharestate: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -44,7 +44,8 @@ class KafkaSourceError(RuntimeError):
 
 class ClusterNotReady(KafkaSourceError):
     """A retriable error (`RETRIABLE`): a partition without a leader yet, a coordinator
-    loading, a broker down or restarting. `serve` waits these out; a run stops (exit 2)."""
+    loading, a broker down or restarting. `serve` waits these out; a run stops (exit 75: run
+    it again later)."""
 
 
 class ClusterUnreachable(ClusterNotReady):
@@ -77,14 +78,17 @@ REACH_SLICE_S = 0.5
 """How often `check_reachable` looks whether the client was refused while it waits."""
 
 
+def retriable(error: object) -> bool:
+    """Whether `error` is a KafkaError that passes by itself (`RETRIABLE`, or so marked)."""
+    return isinstance(error, KafkaError) and (error.retriable() or error.code() in RETRIABLE)
+
+
 def source_error(options: KafkaReadOptions, text: str, exc: KafkaException,
                  heard: str | None = None) -> KafkaSourceError:
     """`text: exc` (redacted), then the client's last error line `heard` if any, as
     ClusterNotReady when the error is retriable."""
-    error = exc.args[0] if exc.args else None
-    retriable = isinstance(error, KafkaError) and (error.retriable()
-                                                   or error.code() in RETRIABLE)
-    kind = ClusterNotReady if retriable else KafkaSourceError
+    kind = ClusterNotReady if retriable(exc.args[0] if exc.args else None) \
+        else KafkaSourceError
     return kind(options.redact(f"{text}: {exc}" + (f" ({heard})" if heard else "")))
 
 

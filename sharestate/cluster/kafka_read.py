@@ -36,7 +36,14 @@ from confluent_kafka import (
 )
 
 from sharestate.cluster.kafka_options import KafkaReadOptions
-from sharestate.cluster.kafka_plan import KafkaSourceError, OffsetRange, quiet_log
+from sharestate.cluster.kafka_plan import (
+    ClusterNotReady,
+    KafkaSourceError,
+    OffsetRange,
+    quiet_log,
+    retriable,
+    source_error,
+)
 from sharestate.log.batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP_TYPE
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -111,7 +118,8 @@ def read_range(options: KafkaReadOptions, offsets: OffsetRange,
                 if error is not None and error.code() in UNUSED_GROUP_ERRORS:
                     continue
                 if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                    raise KafkaSourceError(options.redact(f"reading {where}: {error}"))
+                    kind = ClusterNotReady if retriable(error) else KafkaSourceError
+                    raise kind(options.redact(f"reading {where}: {error}"))
                 if offset is None:
                     raise KafkaSourceError(f"reading {where}: a message without an offset")
                 if error is not None and offset < offsets.end:
@@ -127,13 +135,13 @@ def read_range(options: KafkaReadOptions, offsets: OffsetRange,
                 deadline = time.monotonic() + options.timeout_ms / 1000
             elif time.monotonic() > deadline:
                 why = "" if heard.last is None else f": {heard.last}"
-                raise KafkaSourceError(options.redact(
+                raise ClusterNotReady(options.redact(
                     f"no records from {where} for {options.timeout_ms} ms at offset "
                     f"{position} (range ends at {offsets.end}){why}"))
             if len(pending) >= batch_rows or (pending and position >= offsets.end):
                 yield messages_batch(pending)
                 pending = []
     except KafkaException as exc:
-        raise KafkaSourceError(options.redact(f"reading {where}: {exc}")) from None
+        raise source_error(options, f"reading {where}", exc) from None
     finally:
         consumer.close()

@@ -53,6 +53,10 @@ class SourceError(Exception):
     """A source argument that does not exist, cannot be read or holds no segments."""
 
 
+class SourceUnavailable(SourceError):
+    """A live source that did not answer, or stopped answering: it may answer later."""
+
+
 @dataclass(frozen=True, slots=True)
 class Segment:
     """One segment file and what its path tells (None where the path does not say)."""

@@ -6,9 +6,9 @@
 `sharestate run` calls the same code with a local session. Exit status
 (`sharestate.exit_codes`): 0 clean, 1 the run completed with findings (decode errors, audit
 warnings or errors), 2 bad arguments, an unreadable source, a Delta backend that cannot
-run or a damaged table (`sharestate.lake.integrity`), 70 an internal error (a bug:
-traceback, then one line). The closing line `tables in <warehouse> (run <id>)` is printed
-only by a run that completed.
+run or a damaged table (`sharestate.lake.integrity`), 75 a live source that did not
+answer (run again later), 70 an internal error (a bug: traceback, then one line). The
+closing line `tables in <warehouse> (run <id>)` is printed only by a run that completed.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from sharestate.log import (
     ReadLimits,
     Segment,
     SourceError,
+    SourceUnavailable,
     discover,
 )
 from sharestate.log.end_offsets import is_data_partition
@@ -59,6 +60,16 @@ QUALITY = "quality"
 
 class ArgumentError(Exception):
     """A bad argument: reported in one line, exit 2."""
+
+
+def _cluster_failure(exc: Exception) -> Exception:
+    """A live source's error before any work, as the run reports it: SourceUnavailable
+    when it may pass (`ClusterNotReady`: no broker answered, none ready), else
+    ArgumentError (a refusal, a bad option)."""
+    from sharestate.cluster.kafka_plan import ClusterNotReady
+
+    kind = SourceUnavailable if isinstance(exc, ClusterNotReady) else ArgumentError
+    return kind(str(exc))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -174,7 +185,7 @@ def _analytics_inputs(args: argparse.Namespace, jobs: Sequence[str],
         try:
             ends |= fetch_topic_ends(parse_options(source_options(uri, kafka_options)))
         except (KafkaSourceError, KafkaOptionError) as exc:
-            raise ArgumentError(str(exc)) from None
+            raise _cluster_failure(exc) from None
     return AnalyticsInputs(end_offsets=ends, end_offset_source=LIVE, **through_time)
 
 
@@ -203,7 +214,7 @@ def _check_clusters(sources: Sequence[str], kafka_options: dict[str, str],
             try:
                 check_reachable(parse_options(source_options(uri, kafka_options)), timeout_s)
             except (KafkaSourceError, KafkaOptionError) as exc:
-                raise ArgumentError(str(exc)) from None
+                raise _cluster_failure(exc) from None
 
 
 def _check_files(sources: Sequence[str], end_offsets_from: Sequence[str] = ()
@@ -247,7 +258,10 @@ def _check_warehouse(warehouse: str) -> None:
 def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
         spark_factory: Callable[..., SparkSession] | None = None) -> int:
     """Run `jobs` in order with a session built from `args`; print a summary; exit status."""
-    from sharestate.analytics.end_offset_sources import EndOffsetSourceError
+    from sharestate.analytics.end_offset_sources import (
+        EndOffsetSourceError,
+        EndOffsetsUnavailable,
+    )
     from sharestate.spark import console
     from sharestate.spark.executors import executor_kernels, warn_if_pure
     from sharestate.spark.jobs.analytics import analytics
@@ -335,6 +349,8 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
                     try:
                         reports.append(analytics(spark, warehouse, run_id=run_id,
                                                  inputs=inputs))
+                    except EndOffsetsUnavailable as exc:
+                        raise SourceUnavailable(str(exc)) from None
                     except EndOffsetSourceError as exc:
                         raise ArgumentError(str(exc)) from None
             if len(reports) > printed:  # its line as soon as the job is done
@@ -367,15 +383,19 @@ def _full_file_system_named(warehouse: Path) -> Iterator[None]:
                             "work") from None
 
 
-READER_FAILED = re.compile(r"KafkaSourceError: (.+)")
+READER_FAILED = re.compile(
+    r"\b(KafkaSourceError|ClusterNotReady|ClusterUnreachable|ClusterRefused): (.+)")
 """A live source's reader failing in an executor, as the Spark error carrying its
-traceback states it."""
+traceback states it: the error's class and message."""
+PASSING = frozenset({"ClusterNotReady", "ClusterUnreachable"})
+"""The reader's errors that may pass (`sharestate.cluster.kafka_plan.ClusterNotReady`)."""
 
 
 @contextmanager
 def _reader_failure_named() -> Iterator[None]:
-    """A live source's reader that failed in an executor (the cluster went away, refused
-    a read) ends the run with its one line (SourceError, exit 2), not as a bug."""
+    """A live source's reader that failed in an executor ends the run with its one line,
+    not as a bug: SourceUnavailable (exit 75) when the cluster went away or was not ready,
+    else SourceError (exit 2: a read refused, a range cut short)."""
     try:
         yield
     except SourceError:
@@ -384,7 +404,8 @@ def _reader_failure_named() -> Iterator[None]:
         said = READER_FAILED.findall(str(exc))
         if not said:
             raise
-        raise SourceError(said[-1].strip()) from None
+        kind, message = said[-1]
+        raise (SourceUnavailable if kind in PASSING else SourceError)(message.strip()) from None
 
 
 def _print_report(report: RunReport) -> None:
@@ -400,6 +421,8 @@ def main(argv: Sequence[str] | None = None, jobs: Sequence[str] = JOBS) -> int:
     try:
         args = parser("run_all" if len(jobs) > 1 else jobs[0]).parse_args(argv)
         return run(args, jobs)
+    except SourceUnavailable as exc:
+        return exit_codes.unavailable(exc)
     except (ArgumentError, SourceError) as exc:
         print(f"sharestate: error: {exc}", file=sys.stderr)
         return exit_codes.USAGE

@@ -17,7 +17,15 @@ from pyspark.sql import functions as F
 
 from sharestate.cluster.kafka_options import KAFKA_SCHEME, source_options
 from sharestate.lake import ActiveFile, Inputs, Lake, Produce, Target, open_lake
-from sharestate.log import DEFAULT_LIMITS, ReadLimits, Segment, SourceError, discover, segment_of
+from sharestate.log import (
+    DEFAULT_LIMITS,
+    ReadLimits,
+    Segment,
+    SourceError,
+    SourceUnavailable,
+    discover,
+    segment_of,
+)
 from sharestate.log.index import split_points
 from sharestate.replay.logs import checkpointed_starts, loose_logs
 from sharestate.replay.loose_partitions import loose_partitions
@@ -179,6 +187,7 @@ def _kafka_raw(spark: SparkSession, lake: Lake, warehouse: Warehouse, uri: str, 
     from dataclasses import replace
 
     from sharestate.cluster import KafkaSourceError, parse_options, plan_read
+    from sharestate.cluster.kafka_plan import ClusterNotReady
     from sharestate.spark.kafka_source import NAME, register
 
     options = source_options(uri, extra)
@@ -187,7 +196,8 @@ def _kafka_raw(spark: SparkSession, lake: Lake, warehouse: Warehouse, uri: str, 
     try:
         plan = plan_read(parse_options(asked))
     except KafkaSourceError as exc:  # it answered before the session started, not now
-        raise SourceError(str(exc)) from None
+        kind = SourceUnavailable if isinstance(exc, ClusterNotReady) else SourceError
+        raise kind(str(exc)) from None
     covered = {} if full else _covered_offsets(lake, warehouse, uri)
     plan = replace(plan, ranges=tuple(
         replace(r, start=min(r.end, max(r.start, bronze_rows.chunk_of(covered[key] + 1))))
