@@ -317,3 +317,37 @@ def test_a_segment_repeating_the_one_before_is_refused_by_every_command(
     offsets = [json.loads(line)["offset"] for line in decoded
                if json.loads(line)["error"] is None]
     assert len(offsets) == len(set(offsets))
+
+
+@pytest.mark.parametrize("renamed", ["past_its_first_offset", "swapped"])
+def test_a_segment_named_past_its_first_offset_is_a_finding_of_every_reader(
+        renamed: str, tmp_path: Path) -> None:
+    """Kafka names a segment after its first offset: a segment whose first batch lies below
+    its file name's base offset is misnamed, a `segment_name` finding of decode, state and
+    the ingest task alike, which still read its batches (a name below the first offset,
+    as compaction leaves it, is no finding)."""
+    data, spans = _kafka_log()
+    first, second = spans[4], spans[9]
+    parts = [data[:first.position], data[first.position:second.position],
+             data[second.position:]]
+    names = {"past_its_first_offset": [0, first.base_offset + 1, second.base_offset],
+             "swapped": [0, second.base_offset, first.base_offset]}[renamed]
+    folder = tmp_path / f"{SHARE}-0"
+    folder.mkdir()
+    for base, part in zip(names, parts, strict=True):
+        (folder / f"{base:020d}.log").write_bytes(part)
+    misnamed = str(folder / f"{names[1]:020d}.log")
+    want = (misnamed, 0, first.base_offset, "segment_name")
+    for command in ("decode", "state"):
+        status, found, _ = _command(command, folder, tmp_path)
+        assert status == 1
+        assert want in [(f["source"], f["position"], f["offset"], f["kind"]) for f in found]
+    [read] = [s for s in discover([folder]) if str(s.path) == misnamed]
+    split = bronze.read_split(bronze.Split(read), "order", detection=detect_segment(read))
+    errors = [row for table, rows in bronze_tables(split) if table == "decode_errors"
+              for row in rows.to_pylist()]
+    assert [(e["position"], e["offset"], e["kind"]) for e in errors] == [want[1:]]
+    if renamed == "past_its_first_offset":
+        _, _, decoded = _command("decode", folder, tmp_path)
+        assert len([line for line in decoded if json.loads(line)["error"] is None]) == sum(
+            span.records for span in spans)

@@ -14,7 +14,9 @@ no segment at all is an error, never an empty read.
 `read_segment` is how every reader gets a segment's batches: a path that is not a regular
 file (a FIFO, a device, a directory, a symlink loop) or cannot be opened is one
 `unreadable_segment` finding, never a hang; the bytes read are bounded by the file's size
-and by Kafka's largest segment (see `streams`), and every finding names its segment.
+and by Kafka's largest segment (see `streams`), and every finding names its segment. A
+segment whose first batch starts below the base offset its name gives is misnamed (Kafka
+appends no offset below it): a `segment_name` finding, its batches still read.
 
 A folder name is trusted only when it names a partition of one of the internal topics: a
 segment in `backups-2026-11-23/` is of no known topic or partition (its topic is then
@@ -112,12 +114,41 @@ def read_segment(segment: Segment, *, start: int = 0, end: int | None = None,
             yield LogFinding("unreadable_segment", str(exc), 0, None, b"", 0, source)
         return
     with stream:
-        yield from read_batches(stream, start_position=start, end_position=end,
-                                max_batch_bytes=limits.max_batch_bytes,
-                                max_inflated_bytes=limits.max_inflated_bytes,
-                                max_batch_records=limits.max_batch_records,
-                                max_raw_bytes=limits.max_raw_bytes, source=source,
-                                order=order, runs=runs)
+        items = read_batches(stream, start_position=start, end_position=end,
+                             max_batch_bytes=limits.max_batch_bytes,
+                             max_inflated_bytes=limits.max_inflated_bytes,
+                             max_batch_records=limits.max_batch_records,
+                             max_raw_bytes=limits.max_raw_bytes, source=source,
+                             order=order, runs=runs)
+        if segment.base_offset is None or start != 0:
+            yield from items
+        else:
+            yield from _checked_name(items, segment.base_offset, source)
+
+
+def _checked_name(items: Iterator[Batch | LogFinding | BatchRun], base: int, source: str
+                  ) -> Iterator[Batch | LogFinding | BatchRun]:
+    """`items` of a segment whose file name gives `base` as its base offset, with a
+    `segment_name` finding before its first batch with a valid CRC when that batch starts
+    below `base`: Kafka names a segment after the first offset appended to it and appends
+    none below, so the name (renamed, or copied under another's name) or that base offset
+    is wrong. A legacy (magic 0 or 1) compressed entry is taken at its last offset, the only
+    one Kafka knew when it named a segment after it."""
+    for item in items:
+        first = item.batches[0] if isinstance(item, BatchRun) else item
+        if isinstance(first, Batch) and first.header.crc_valid:
+            header = first.header
+            offset = header.base_offset if header.magic >= 2 else header.last_offset
+            if offset < base:
+                yield LogFinding(
+                    "segment_name", f"the segment's first batch starts at offset {offset}, "
+                    f"below {base}, the base offset its file name gives: Kafka appends no "
+                    f"offset below it, so the name or that batch's base offset is wrong",
+                    header.position, offset, b"", 0, source)
+            yield item
+            break
+        yield item
+    yield from items
 
 
 def _resolved(path: Path) -> Path:
