@@ -97,12 +97,17 @@ def read_range(options: KafkaReadOptions, offsets: OffsetRange,
                batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
     """The records of `offsets` in offset order, as batches of at most `batch_rows` rows.
     The consumer's own log lines (a broker refusing connections, ...) stay off stderr: the
-    last error among them says why when no records came in time."""
+    last error among them says why when no records came in time. A range the log no longer
+    holds whole since it was planned (the log start moved past its next offset: Kafka
+    deleted records below it; the log truncated or not yet stable before its end) raises
+    ClusterNotReady: a run planned again reads what the log holds then. A consumer's
+    default would jump to the log's end and read none of the range's records left."""
     where = f"{offsets.topic}-{offsets.partition}"
     log, heard = quiet_log()
     try:
         consumer = Consumer({**options.client_config("sharestate-reader"),
-                             "enable.partition.eof": "true", "logger": log})
+                             "enable.partition.eof": "true", "auto.offset.reset": "error",
+                             "logger": log})
     except KafkaException as exc:
         raise KafkaSourceError(options.redact(f"cannot create a Kafka client: {exc}")) from None
     try:
@@ -117,15 +122,20 @@ def read_range(options: KafkaReadOptions, offsets: OffsetRange,
                 error, offset = message.error(), message.offset()
                 if error is not None and error.code() in UNUSED_GROUP_ERRORS:
                     continue
+                if error is not None and error.code() == KafkaError._AUTO_OFFSET_RESET:
+                    raise ClusterNotReady(
+                        f"{where}: offset {position} is no longer in the log (its log start "
+                        f"moved past it since the run planned to read {offsets.start} to "
+                        f"{offsets.end}: Kafka deleted the records below)")
                 if error is not None and error.code() != KafkaError._PARTITION_EOF:
                     kind = ClusterNotReady if retriable(error) else KafkaSourceError
                     raise kind(options.redact(f"reading {where}: {error}"))
                 if offset is None:
                     raise KafkaSourceError(f"reading {where}: a message without an offset")
                 if error is not None and offset < offsets.end:
-                    raise KafkaSourceError(f"{where} ends at offset {offset}, before the "
-                                           f"planned end {offsets.end} (truncated, or not "
-                                           f"yet stable)")
+                    raise ClusterNotReady(f"{where} ends at offset {offset}, before the "
+                                          f"planned end {offsets.end} (truncated, or not "
+                                          f"yet stable)")
                 if error is not None or offset >= offsets.end:
                     position = offsets.end
                     break
