@@ -327,7 +327,7 @@ def test_a_gzipped_segment_damaged_inside_reads_like_the_plain_one(tmp_path: Pat
         data = apply(original, edits)
         plain = _layout_dir(tmp_path, SHARE, f"plain-{label}")
         plain.write_bytes(data)
-        packed = plain.parent / "00000000000000000001.log.gz"
+        packed = _layout_dir(tmp_path, SHARE, f"packed-{label}").with_suffix(".log.gz")
         packed.write_bytes(gzip.compress(data, mtime=0))
         plain_rows = read_everywhere(plain, SHARE, tmp_path, "4.1").rows
         untouched = Counter(json.dumps(r, sort_keys=True) for r in plain_rows
