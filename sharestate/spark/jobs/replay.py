@@ -222,15 +222,13 @@ def _reads(lake: Lake, warehouse: Warehouse) -> Reads:
         key = (row["topic"], row["partition"], row["segment"])
         at = row["finished_at"] or 0
         span = (row["first_offset"], row["last_offset"])
-        if None not in span:
+        reads.read_at[key] = at
+        if None in span:
+            reads.spans.pop(key, None)
+        else:
             if read.get(key) != span:
                 reads.together[key] = at
-            read[key] = span
-        reads.read_at[key] = at
-        if None not in span:
-            reads.spans[key] = span
-        else:
-            reads.spans.pop(key, None)
+            read[key] = reads.spans[key] = span
         offset = went_back_offset(row["note"])
         if offset is not None:
             reads.went_back.setdefault(key[:2], []).append((offset, at))
