@@ -19,13 +19,14 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str]
                                                if ", dialect " not in line]
 
 
-@pytest.mark.parametrize(("command", "fixture", "last"), [
-    ("state", "share_txn.log", 83), ("prune", "share_txn.log", 83),
-    ("offsets", "consumer_offsets_txn.log", 518)])
+@pytest.mark.parametrize(("command", "fixture", "first", "last"), [
+    ("state", "share_txn.log", 0, 83), ("prune", "share_txn.log", 0, 83),
+    ("offsets", "consumer_offsets_txn.log", 500, 518)])
 def test_a_stop_point_past_the_end_is_said(capsys: pytest.CaptureFixture[str], command: str,
-                                           fixture: str, last: int) -> None:
+                                           fixture: str, first: int, last: int) -> None:
     """The answer as of offset 99999999 is the answer at the log's end: said in one line
-    (it was answered silently)."""
+    (it was answered silently). One before the log's first record, which is not offset 0,
+    is not known: an as_of_before_log finding."""
     log = conformance_dir("kafka-4.4-dev") / fixture
     name = f"{'__consumer_offsets' if command == 'offsets' else '__share_group_state'}:{log}"
     _, at_end, _ = _run(capsys, command, str(log))
@@ -37,8 +38,12 @@ def test_a_stop_point_past_the_end_is_said(capsys: pytest.CaptureFixture[str], c
         assert (status, rows) == (exit_codes.OK, at_end)
         assert len(err) == 1 and err[0].startswith(f"{name}: the log ends at offset {last}")
         assert said in err[0] and err[0].endswith(": the answer is as of its end")
-    for within in (str(last), "5"):
+    for within in (str(last), str(first)):
         assert _run(capsys, command, str(log), "--as-of-offset", within)[2] == []
+    if first:
+        status, rows, err = _run(capsys, command, str(log), "--as-of-offset", str(first - 1))
+        assert (status, rows) == (exit_codes.FINDINGS, [])
+        assert err[0].startswith(f"{name} offset {first}: as_of_before_log: offset {first - 1}")
 
 
 def test_several_logs_past_their_end_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,12 +14,22 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 from conftest import conformance_dir
 
+from sharestate import exit_codes
+from sharestate.app.cli import main
 from sharestate.log import discover
 from sharestate.log.log_starts import LOG_START_CHECKPOINT
 from sharestate.records.catalog import SHARE_STATE_TOPIC
-from sharestate.replay.logs import checkpointed_starts, partition_logs
+from sharestate.records.segment import DecodedBatch
+from sharestate.replay.logs import (
+    AS_OF_BEFORE_LOG,
+    END,
+    AsOf,
+    checkpointed_starts,
+    partition_logs,
+)
 from sharestate.replay.prune import PRUNE_LINE, prune_row
 from sharestate.replay.rows import state_rows
 from sharestate.replay.share_log import replay_share_log
@@ -73,14 +83,15 @@ def _files(tmp_path: Path, segments: list[Path]) -> list[dict[str, Any]]:
     return files
 
 
-def _task(files: list[dict[str, Any]], state: dict[str, Any] | None, log_start: int | None
-          ) -> dict[str, list[dict[str, Any]]]:
+def _task(files: list[dict[str, Any]], state: dict[str, Any] | None, log_start: int | None,
+          as_of: AsOf = END) -> dict[str, list[dict[str, Any]]]:
     task = {"topic": SHARE_STATE_TOPIC, "partition": 0, "files": files,
             "state": None if state is None else state["state"],
             "above": None if state is None else state["last_applied_offset"],
             "log_start": log_start}
     out: dict[str, list[dict[str, Any]]] = {}
-    options = GoldOptions(snapshot_update_records_per_snapshot=LIMIT, run_id="r", started_at=1)
+    options = GoldOptions(as_of=as_of, snapshot_update_records_per_snapshot=LIMIT, run_id="r",
+                          started_at=1)
     for name, rows in replay_partitions(iter([pa.RecordBatch.from_pylist(
             [task], schema=REPLAY_TASKS)]), options):
         out.setdefault(name, []).extend(rows.to_pylist())
@@ -149,3 +160,40 @@ def test_day_by_day_while_kafka_prunes_equals_prune_over_the_copy(tmp_path: Path
     assert _state(out["share_partition_state"]) == _state(rows)
     once = _task(files, None, None)["share_partition_state_history"]
     assert sorted(map(repr, history)) == sorted(map(repr, once))
+
+
+def test_a_stop_point_below_kafkas_log_start_is_a_finding_not_an_empty_state(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Kafka pruned share_replay_small to its prune point (checkpointed as the log start):
+    as of an offset before the first record read from there, the state rests on records
+    Kafka deleted. `state` printed no share-partition and "no live share-partitions" (exit
+    0) and the pipeline's share_partition_state had none, silently, where Kafka then held
+    them (seen on a real 4.3.1 broker's pruned partition); now an as_of_before_log finding
+    says the state is not known. Without the checkpoint the same stop point has a state."""
+    segment = conformance_dir("kafka-4.4-dev") / "share_replay_small.log"
+    unpruned = _root(tmp_path, [segment], None)
+    whole, _ = _cli(unpruned)
+    root = _root(tmp_path, [segment], whole["prune_offset"])
+    (log,), _ = partition_logs(discover([root]))
+    first = next(item for item in log.batches() if isinstance(item, DecodedBatch)).records[0]
+    assert first.offset > 0
+    below = AsOf(offset=first.offset - 1)
+    result = replay_share_log(log, as_of=below, snapshot_update_records_per_snapshot=LIMIT)
+    assert state_rows(result) == []
+    assert [(f.kind, f.offset) for f in result.findings] == [(AS_OF_BEFORE_LOG, first.offset)]
+    (whole_log,), _ = partition_logs(discover([unpruned]))
+    kept = replay_share_log(whole_log, as_of=below, snapshot_update_records_per_snapshot=LIMIT)
+    assert state_rows(kept) and kept.findings == []
+    at = replay_share_log(log, as_of=AsOf(offset=first.offset),
+                          snapshot_update_records_per_snapshot=LIMIT)
+    assert at.findings == []
+    status = main(["state", "--as-of-offset", str(below.offset), str(root)])
+    captured = capsys.readouterr()
+    assert (status, captured.out) == (exit_codes.FINDINGS, "")
+    assert f"offset {first.offset}: {AS_OF_BEFORE_LOG}: offset {below.offset} lies before" \
+        in captured.err
+    assert "no live share-partitions" not in captured.err
+    out = _task(_files(tmp_path, [segment]), None, whole["prune_offset"], below)
+    assert out.get("share_partition_state", []) == []
+    assert [(row["rule"], row["offset"]) for row in out["audit_findings"]] == [
+        (AS_OF_BEFORE_LOG, first.offset)]

@@ -24,6 +24,9 @@ Rules, severity, and what feeds them:
   going back with `offset_order` findings, the replay applies each offset once.
 - `log_finding_rows` (framing, CRC, decompression, undecodable records of either topic):
   `decode_error`, error.
+- `before_log_rows` (a replay with a stop point, either topic): `as_of_before_log`, error;
+  the stop point lies before the first record a partition's log holds (not offset 0): the
+  records its state then rests on were deleted (Kafka's log start), so none is given.
 - `cross_topic_rows` (share groups' metadata against the keys with state, `share_checks`):
   `orphaned_state`, `initialized_without_state`, `stuck_deleting`, all warnings (an
   orphan whose group has no share metadata at all is info: its `__consumer_offsets`
@@ -70,6 +73,7 @@ from sharestate.log import ControlRecord, LogFinding, RawRecord
 from sharestate.records.catalog import CONSUMER_OFFSETS_TOPIC, SHARE_STATE_TOPIC
 from sharestate.records.keyvalue import KeyValue
 from sharestate.records.segment import DecodedBatch, FindingCap, LogItem, QuietRun
+from sharestate.replay.logs import AS_OF_BEFORE_LOG
 from sharestate.replay.share_log import native_slots
 
 INFO: Final = "info"
@@ -98,6 +102,7 @@ RULES: Final[Mapping[str, Rule]] = {
     "pending_discarded": Rule(INFO, "replay"),
     "omitted_findings": Rule(WARNING, "replay"),
     "offset_order": Rule(ERROR, "replay"),
+    "as_of_before_log": Rule(ERROR, "replay"),
     "orphaned_state": Rule(WARNING, "analytics"),
     "initialized_without_state": Rule(WARNING, "analytics"),
     "stuck_deleting": Rule(WARNING, "analytics"),
@@ -502,6 +507,16 @@ def log_finding_rows(findings: Iterable[LogFinding], topic: str,
     for f in findings:
         yield finding_row("decode_error", f.message, topic=topic, partition=partition,
                           offset=f.offset, detail={"kind": f.kind, "position": f.position})
+
+
+def before_log_rows(findings: Iterable[LogFinding], topic: str,
+                    partition: int | None) -> Iterator[Row]:
+    """An `as_of_before_log` row per such finding of a replayed log (`before_log_finding`);
+    its other findings are ingest's (`decode_error`)."""
+    for f in findings:
+        if f.kind == AS_OF_BEFORE_LOG:
+            yield finding_row(AS_OF_BEFORE_LOG, f.message, topic=topic,
+                              partition=partition, offset=f.offset)
 
 
 # -- cross-topic ----------------------------------------------------------------------------

@@ -362,10 +362,12 @@ def cmd_state(args: argparse.Namespace) -> int:
         results, status = _replay_share(args)
         written = _write_rows((row for result in results
                                for row in state_rows(result, args.group)), out)
-    if not written and args.group is not None:
+    if written or status != EXIT_OK:  # a finding may say the state then is not known
+        return status
+    if args.group is not None:
         _say_no_group(args, "live share-partitions",
                       {key.group_id for result in results for key in result.shard})
-    elif not written:
+    else:
         print(f"no live share-partitions as of {_as_of_text(args)}", file=sys.stderr)
     return status
 
@@ -410,10 +412,11 @@ def cmd_offsets(args: argparse.Namespace) -> int:
             result.coordinator, args.retention_minutes, pending=args.pending)]
         rows = [row for row in every if args.group is None or row["group_id"] == args.group]
         _write_rows(rows, out)
-    if not rows and args.group is not None:
+    status = found.status(0)
+    if not rows and args.group is not None and status == EXIT_OK:
         _say_no_group(args, "committed offsets" + (" or open commits" if args.pending else ""),
                       {row["group_id"] for row in every})
-    return found.status(0)
+    return status
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

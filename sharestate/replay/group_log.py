@@ -15,7 +15,7 @@ from sharestate.coordinator.group_replay import GroupCoordinatorReplay
 from sharestate.log import ControlRecord, LogFinding
 from sharestate.records.catalog import dialect
 from sharestate.records.segment import DecodedBatch, LogItem, QuietRun
-from sharestate.replay.logs import END, AsOf, LogSource
+from sharestate.replay.logs import END, AsOf, LogSource, before_log_finding
 
 if TYPE_CHECKING:
     from sharestate.replay.snapshot import Snapshot
@@ -127,6 +127,9 @@ class GroupReplay:
             return
         records = item.records
         if records and as_of.passed(records[0].offset, records[0].timestamp):
+            if result.last_applied_offset is None and (found := before_log_finding(
+                    result.name, as_of, records[0].offset, records[0].timestamp)):
+                result.findings.append(found)
             self.stopped = True
             return
         if self.observe is not None:

@@ -75,6 +75,22 @@ class AsOf:
 
 END = AsOf()
 
+AS_OF_BEFORE_LOG = "as_of_before_log"
+"""The finding of a stop point before the first record a log read holds, past offset 0."""
+
+
+def before_log_finding(name: str, as_of: AsOf, offset: int, timestamp: int) -> LogFinding | None:
+    """The finding of a replay whose stop point passed the first record it read, at
+    (`offset`, `timestamp`), before applying any: when that record is not the log's very
+    first (offset 0), the records before the stop point were deleted (Kafka's log start, a
+    compaction, segments gone), so the state then is not known and none is given."""
+    if offset <= 0:
+        return None
+    return LogFinding(
+        AS_OF_BEFORE_LOG, f"{as_of.describe()} lies before the first record the log holds "
+        f"(offset {offset}, {iso_time(timestamp)}): the state then rests on records deleted "
+        f"below it (Kafka's log start), so none is given", -1, offset, b"", 0, name)
+
 
 def iso_time(millis: int) -> str:
     """Epoch ms as ISO 8601 (`2025-10-09T08:53:20.029Z`; whole seconds without fraction)."""

@@ -34,7 +34,7 @@ from sharestate.coordinator.share_state import (
 from sharestate.log import BatchHeader, ControlRecord, LogFinding, RawRecord
 from sharestate.records.catalog import SHARE_STATE_TOPIC, dialect, dialect_names
 from sharestate.records.segment import Decoded, DecodedBatch, LogItem, QuietRun
-from sharestate.replay.logs import END, AsOf, LogSource
+from sharestate.replay.logs import END, AsOf, LogSource, before_log_finding
 from sharestate.replay.prune import PruneLedger
 
 if TYPE_CHECKING:
@@ -265,6 +265,9 @@ class ShareReplay:
         header = item.header
         records = item.records
         if records and as_of.passed(records[0].offset, records[0].timestamp):
+            if result.last_applied_offset is None and (found := before_log_finding(
+                    result.name, as_of, records[0].offset, records[0].timestamp)):
+                result.findings.append(found)
             self._stop()  # the log read ends with the batch before
             return []
         if self.observe is not None:

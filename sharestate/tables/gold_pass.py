@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from sharestate.analytics.audit import (
     ShareAuditor,
     TransactionAuditor,
+    before_log_rows,
     finding_row,
     omitted_finding_rows,
     shard_finding_rows,
@@ -216,7 +217,8 @@ def share_partition_gold(partition: int, rows: Iterable[pa.RecordBatch],
     yield rows_of("audit_findings", [
         *(overlaps(reached(replay.stopped, result.last_applied_offset)) if overlaps else ()),
         *auditor.drain(), *shard_finding_rows(result.shard.findings[known:], partition),
-        *omitted_finding_rows(cap, partition)])
+        *omitted_finding_rows(cap, partition),
+        *before_log_rows(result.findings, SHARE_STATE_TOPIC, partition)])
     if options.as_of.unbounded:
         snapshot = replay.snapshot()
         tables = {**snapshot.tables, **share_audit_tables(auditor), **cap_table(cap)}
@@ -248,7 +250,8 @@ def group_gold(rows: Iterable[pa.RecordBatch], options: GoldOptions,
         found = (overlaps or {}).get(partition)
         yield rows_of("audit_findings", [
             *(found(reached(replay.stopped, result.last_applied_offset)) if found else ()),
-            *auditor.drain()])
+            *auditor.drain(), *before_log_rows(result.findings, CONSUMER_OFFSETS_TOPIC,
+                                               partition)])
         yield rows_of("share_group_partitions",
                       metadata_rows(coordinator.groups.share_partitions, partition))
 
