@@ -32,7 +32,7 @@ from sharestate.replay.logs import (
 )
 from sharestate.replay.prune import PRUNE_LINE, prune_row
 from sharestate.replay.rows import state_rows
-from sharestate.replay.share_log import replay_share_log
+from sharestate.replay.share_log import exact_from, replay_share_log
 from sharestate.simulate import SimulationConfig, simulate
 from sharestate.tables.bronze import Split, read_split
 from sharestate.tables.gold_pass import GoldOptions
@@ -184,8 +184,9 @@ def test_a_stop_point_below_kafkas_log_start_is_a_finding_not_an_empty_state(
     (whole_log,), _ = partition_logs(discover([unpruned]))
     kept = replay_share_log(whole_log, as_of=below, snapshot_update_records_per_snapshot=LIMIT)
     assert state_rows(kept) and kept.findings == []
-    at = replay_share_log(log, as_of=AsOf(offset=first.offset),
-                          snapshot_update_records_per_snapshot=LIMIT)
+    exact = exact_from(log)
+    assert exact is not None and exact >= first.offset
+    at = replay_share_log(log, as_of=AsOf(offset=exact), snapshot_update_records_per_snapshot=LIMIT)
     assert at.findings == []
     status = main(["state", "--as-of-offset", str(below.offset), str(root)])
     captured = capsys.readouterr()
@@ -197,3 +198,40 @@ def test_a_stop_point_below_kafkas_log_start_is_a_finding_not_an_empty_state(
     assert out.get("share_partition_state", []) == []
     assert [(row["rule"], row["offset"]) for row in out["audit_findings"]] == [
         (AS_OF_BEFORE_LOG, first.offset)]
+
+
+def test_a_stop_point_before_every_key_is_snapshotted_again_is_a_finding(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Kafka's log start is its prune point: every key live then has a snapshot after it,
+    but until its own, a key's state rests on records below the start. A simulated
+    partition pruned to its prune point: as of any offset before the last such snapshot
+    (`exact_from`) the replay from the log start missed or mis-stated share-partitions
+    (as of the log start, 26 of 27), silently; now an as_of_before_log finding. From that
+    offset on its state is the whole log's."""
+    logs = tmp_path / "logs"
+    simulate(SimulationConfig(records=6000, seed=3, state_partitions=1, snapshot_limit=LIMIT,
+                              segment_bytes=48 << 10), logs)
+    segments = sorted((logs / f"{SHARE_STATE_TOPIC}-0").glob("*.log"))
+    unpruned = _root(tmp_path, segments, None)
+    whole, _ = _cli(unpruned)
+    root = _root(tmp_path, segments, whole["prune_offset"])
+    (log,), _ = partition_logs(discover([root]))
+    (whole_log,), _ = partition_logs(discover([unpruned]))
+    exact = exact_from(log)
+    assert exact is not None and whole["prune_offset"] < exact
+    assert exact_from(whole_log) is None
+
+    def at(source: Any, offset: int) -> tuple[list[dict[str, Any]], list[str]]:
+        result = replay_share_log(source, as_of=AsOf(offset=offset),
+                                  snapshot_update_records_per_snapshot=LIMIT)
+        return _state(state_rows(result)), [f.kind for f in result.findings]
+
+    before, found = at(log, exact - 1)
+    assert found == [AS_OF_BEFORE_LOG] and before != at(whole_log, exact - 1)[0]
+    assert at(log, exact) == (at(whole_log, exact)[0], [])
+    status = main(["state", "--as-of-offset", str(exact - 1), str(root)])
+    err = capsys.readouterr().err
+    assert status == exit_codes.FINDINGS
+    assert f"offset {exact}: {AS_OF_BEFORE_LOG}: offset {exact - 1} lies before offset " \
+        f"{exact}, from which" in err
+    assert main(["state", "--as-of-offset", str(exact), str(root)]) == exit_codes.OK

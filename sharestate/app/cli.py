@@ -59,7 +59,7 @@ from sharestate.replay.logs import (
 )
 from sharestate.replay.prune import prune_row
 from sharestate.replay.rows import offset_rows, state_rows
-from sharestate.replay.share_log import ShareLogResult, ShareReplay
+from sharestate.replay.share_log import ShareLogResult, ShareReplay, partial_state_finding
 from sharestate.runtime import quiet_gc
 from sharestate.simulate import SimulationConfig, simulate
 
@@ -343,6 +343,8 @@ def _replay_share(args: argparse.Namespace) -> tuple[list[ShareLogResult], int]:
             replay.result.shard.cap = FindingCap(args.max_findings, log.name, "partition")
             caps.append(replay.result.shard.cap)
             replays.append(_replayed(replay, log, found))
+            if (partial := partial_state_finding(log, replay)) is not None:
+                found(log.topic, log.partition, partial)
         _say_past_end(args, replays)
         for log, replay, cap in zip(logs, replays, caps, strict=True):
             name = replay.result.name

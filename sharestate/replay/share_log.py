@@ -24,6 +24,7 @@ from sharestate.coordinator.share_rules import (
     rules_for,
 )
 from sharestate.coordinator.share_state import (
+    SNAPSHOT_TYPE,
     ShareKey,
     SharePartitionState,
     ValueSlots,
@@ -34,7 +35,13 @@ from sharestate.coordinator.share_state import (
 from sharestate.log import BatchHeader, ControlRecord, LogFinding, RawRecord
 from sharestate.records.catalog import SHARE_STATE_TOPIC, dialect, dialect_names
 from sharestate.records.segment import Decoded, DecodedBatch, LogItem, QuietRun
-from sharestate.replay.logs import END, AsOf, LogSource, before_log_finding
+from sharestate.replay.logs import (
+    AS_OF_BEFORE_LOG,
+    END,
+    AsOf,
+    LogSource,
+    before_log_finding,
+)
 from sharestate.replay.prune import PruneLedger
 
 if TYPE_CHECKING:
@@ -111,7 +118,75 @@ def replay_share_log(log: LogSource, *, as_of: AsOf = END, semantics: str = KAFK
                                     snapshot_update_records_per_snapshot),
                                 collect_history=history_sink is not None)
     replay.run(log.items(), history_sink)
+    if (found := partial_state_finding(log, replay)) is not None:
+        replay.result.findings.append(found)
     return replay.result
+
+
+def exact_from(log: LogSource) -> int | None:
+    """The offset from which a replay of `log` gives Kafka's state at every point, when
+    the log does not begin at offset 0 (else None: everywhere).
+
+    Kafka deletes the records below its log start (the prune point: every key live then
+    has a later snapshot), so a key whose first record read is an update, a tombstone or a
+    snapshot with a snapshot epoch above 0 (only a key with no state gets epoch 0) had a
+    state before it that the log no longer holds: the replay knows that key only from its
+    first type-0 record on. A key never snapshotted after its updates is known at the end
+    alone (where Kafka's load gives the same state)."""
+    first: int | None = None
+    known: dict[ShareKey, bool] = {}
+    exact = last = 0
+    for item in log.batches():
+        if not isinstance(item, DecodedBatch):
+            continue
+        for record, decoded in zip(item.records, item.decoded, strict=True):
+            if first is None:
+                if record.offset <= 0:
+                    return None
+                first = record.offset
+            last = record.offset
+            if isinstance(decoded, ControlRecord | LogFinding) or decoded.error is not None \
+                    or decoded.kind is None or decoded.key is None:
+                continue
+            kind = decoded.kind
+            key = share_key(decoded.key, kind.key_layout())
+            if known.get(key):
+                continue
+            if kind.type_id != SNAPSHOT_TYPE:
+                known[key] = False
+            elif key not in known and _initial(decoded):
+                known[key] = True
+            else:
+                known[key], exact = True, record.offset
+    if first is None:
+        return None
+    return max(exact, first) if all(known.values()) else last
+
+
+def _initial(decoded: Decoded) -> bool:
+    """Whether a snapshot is a key's first (snapshot epoch 0: it had no state)."""
+    assert not isinstance(decoded, ControlRecord | LogFinding) and decoded.kind is not None
+    if decoded.value is None or decoded.value_version is None:
+        return False
+    layout = decoded.kind.value_layout(decoded.value_version)
+    return layout is not None and share_value(decoded.value, layout).snapshot_epoch == 0
+
+
+def partial_state_finding(log: LogSource, replay: ShareReplay) -> LogFinding | None:
+    """An `as_of_before_log` finding when `replay` of `log` stopped, after applying some
+    records, before the offset from which it gives Kafka's state (`exact_from`)."""
+    result = replay.result
+    applied = result.last_applied_offset
+    if not replay.stopped or applied is None:
+        return None
+    exact = exact_from(log)
+    if exact is None or applied >= exact:
+        return None
+    return LogFinding(
+        AS_OF_BEFORE_LOG, f"{replay.as_of.describe()} lies before offset {exact}, from "
+        f"which this log gives the state of every share-partition: "
+        f"before it some rest on records deleted below the log's first one, so the state "
+        f"given is not Kafka's then", -1, exact, b"", 0, result.name)
 
 
 def share_state(topic: str, partition: int | None, dialects: Iterable[str], *,
