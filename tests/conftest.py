@@ -79,7 +79,7 @@ def conformance_dir(name: str | None = None) -> Path:
 
 XDIST_GROUPS = {
     "kafka-judge": ("test_kafka_broker.py", "test_kafka_judge.py", "test_kafka_lag_history.py",
-                    "test_kafka_releases.py"),
+                    "test_kafka_reader_ranges.py", "test_kafka_releases.py"),
     "simulated-warehouse": ("test_lag_history.py", "test_report.py", "test_sql_prompt.py"),
 }
 """The test modules one pytest-xdist worker runs together (`make test` runs `-n 2 --dist

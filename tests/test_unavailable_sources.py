@@ -148,3 +148,18 @@ def test_end_offsets_from_a_serve_not_running_may_pass() -> None:
     with pytest.raises(EndOffsetsUnavailable, match="refused"):
         observe(f"http://127.0.0.1:{_closed_port()}", {("topic-id", 0): [0]})
 
+
+
+@pytest.mark.parametrize("suffix", [
+    " (after 0ms in state CONNECT)",
+    " (after 12ms in state CONNECT, 3 identical error(s) suppressed)"])
+def test_a_client_line_loses_its_thread_broker_and_connection_state(suffix: str) -> None:
+    """What the unavailable and serve's status lines quote of librdkafka: the broker and
+    what happened, however many errors like it librdkafka suppressed (`client_line`; the
+    status line read `... Connection refused (after 0ms in state CONNECT, 1 identical
+    error(s) suppressed); trying again`)."""
+    from sharestate.cluster.kafka_plan import client_line
+
+    said = "127.0.0.1:9092/bootstrap: Connect to ipv4#127.0.0.1:9092 failed: Connection refused"
+    assert client_line(said + suffix) == said  # an error callback's
+    assert client_line(f"[thrd:127.0.0.1:9092/bootstrap]: {said}{suffix}") == said  # a log's

@@ -72,8 +72,10 @@ REFUSED = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
 """Errors a client reports while it goes on retrying, though only a setting mends them: a
 SASL authentication that failed, a TLS handshake that failed (an unknown CA, a name that
 does not match)."""
-_AFTER = re.compile(r"\s*\(after \d+ms in state \w+\)$")
-"""The time and connection state librdkafka appends to a broker's error."""
+_AFTER = re.compile(
+    r"\s*\(after \d+ms in state \w+(?:, \d+ identical error\(s\) suppressed)?\)$")
+"""The time and connection state librdkafka appends to a broker's error (and how many
+errors like it it left out since the last it logged)."""
 REACH_SLICE_S = 0.5
 """How often `check_reachable` looks whether the client was refused while it waits."""
 
@@ -219,8 +221,9 @@ class Heard(logging.Handler):
 
 
 def client_line(line: str) -> str:
-    """A librdkafka log or error line without its thread and broker prefix and its
-    connection state suffix: `Connect to ipv4#127.0.0.1:9092 failed: Connection refused`."""
+    """A librdkafka log or error line without its thread prefix and its connection state
+    suffix: `127.0.0.1:9092/bootstrap: Connect to ipv4#127.0.0.1:9092 failed: Connection
+    refused` (the broker it is about, then what happened)."""
     return _AFTER.sub("", line.rsplit("]: ", 1)[-1])
 
 
