@@ -24,9 +24,9 @@ SERVE_FAILED = 5
 restarted, it resumes from the last good one."""
 UNAVAILABLE = 75
 """A live source did not answer, or stopped answering (a cluster unreachable or not ready,
-`sharestate serve` not answering): the job that read it committed nothing, and the same
-command run later goes on from the jobs before it (BSD's EX_TEMPFAIL). One line on
-stderr."""
+`sharestate serve` not answering): the job that needed it stopped short of the tables it
+makes from it, and the same command run later completes the run (BSD's EX_TEMPFAIL). One
+line on stderr."""
 INTERNAL = 70
 """An unhandled exception: a bug (BSD's EX_SOFTWARE). Traceback, then one line."""
 
