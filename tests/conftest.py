@@ -36,6 +36,15 @@ def own_lines(err: str) -> list[str]:
     return [line for line in err.splitlines() if not _CLIENT_LOG.match(line)]
 
 
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound a moment, then let go)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def client_threads() -> int:
     """librdkafka's threads in this process (it names them `rdk:main`, `rdk:broker...`)."""
     count = 0

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import client_threads, conformance_dir
+from conftest import client_threads, closed_port, conformance_dir
 
 from sharestate.app.cli import main
 from sharestate.spark.run import main as run_all
@@ -288,14 +288,6 @@ def test_quality_bad_spark_setting(capsys: pytest.CaptureFixture[str], tmp_path:
     _one_line(capsys, "spark.master")
 
 
-def _closed_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.mark.parametrize("read", ["now", "at_times"])
 def test_end_offsets_from_a_cluster_gone_say_why_quietly_and_leave_no_client(
         read: str, capfd: pytest.CaptureFixture[str]) -> None:
@@ -308,7 +300,7 @@ def test_end_offsets_from_a_cluster_gone_say_why_quietly_and_leave_no_client(
     from sharestate.cluster.kafka_plan import ClusterNotReady
     from sharestate.cluster.kafka_times import offsets_at_times
 
-    address = f"127.0.0.1:{_closed_port()}"
+    address = f"127.0.0.1:{closed_port()}"
     options = parse_options({"bootstrap.servers": address, "timeoutMs": "1000"})
     gc.collect()  # a client an earlier test left, gone now rather than during the call
     threads = client_threads()

@@ -6,13 +6,13 @@ mock cluster or a small HTTP server."""
 from __future__ import annotations
 
 import http.server
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from conftest import closed_port
 
 from sharestate import exit_codes
 from sharestate.analytics.end_offset_sources import (
@@ -28,17 +28,11 @@ from sharestate.spark.run import _reader_failure_named
 from sharestate.spark.run import main as run_all
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.mark.parametrize("entry", ["sharestate run", "pipelines/run_all.py"])
 def test_an_unreachable_cluster_is_exit_75_in_one_line_within_the_timeout(
         entry: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     started = time.monotonic()
-    arguments = ["--source", f"kafka://127.0.0.1:{_closed_port()}", "--warehouse",
+    arguments = ["--source", f"kafka://127.0.0.1:{closed_port()}", "--warehouse",
                  str(tmp_path / "wh"), "--connect-timeout", "2"]
     status = cli(["run", *arguments]) if entry == "sharestate run" else run_all(arguments)
     assert status == exit_codes.UNAVAILABLE == 75
@@ -80,7 +74,7 @@ def test_an_error_not_the_readers_stays_what_it_is() -> None:
 def test_a_reader_whose_cluster_went_away_may_pass() -> None:
     """The executors' reader of a cluster that does not answer: ClusterNotReady, what the
     run reports as exit 75."""
-    options = parse_options({"bootstrap.servers": f"127.0.0.1:{_closed_port()}",
+    options = parse_options({"bootstrap.servers": f"127.0.0.1:{closed_port()}",
                              "timeoutMs": "1000"})
     with pytest.raises(ClusterNotReady, match="__share_group_state-0"):
         list(read_range(options, OffsetRange("__share_group_state", 0, 0, 10)))
@@ -146,7 +140,7 @@ def test_end_offsets_from_serve_may_pass_only_when_it_could_not_answer(
 
 def test_end_offsets_from_a_serve_not_running_may_pass() -> None:
     with pytest.raises(EndOffsetsUnavailable, match="refused"):
-        observe(f"http://127.0.0.1:{_closed_port()}", {("topic-id", 0): [0]})
+        observe(f"http://127.0.0.1:{closed_port()}", {("topic-id", 0): [0]})
 
 
 
