@@ -61,6 +61,7 @@ from sharestate.analytics.lag_walk import walk_batches
 from sharestate.analytics.redelivery import redelivery_rows
 from sharestate.coordinator.share_state import ShareKey
 from sharestate.lake import ActiveFile, Lake, TablePath, Target, open_lake
+from sharestate.lake.delta_log import data_changes
 from sharestate.spark.jobs.warehouse import (
     RunReport,
     TaskRows,
@@ -224,9 +225,9 @@ def _resume(lake: Lake, warehouse: Warehouse, ends: tuple[list[dict[str, Any]],
         return None
     if then is None:
         return None
-    before, after = {f.uri: f for f in then}, {f.uri: f for f in now}
-    changed = [f for f in [*then, *now] if f.records and (f.uri in before) != (f.uri in after)]
-    if not history_allows([f.min_values.get("timestamp") for f in changed], resume.since):
+    changed = data_changes(warehouse.path(HISTORY_VIEW), resume.history_version, then)
+    if changed is None or not history_allows([m.get("timestamp") for m in changed],
+                                             resume.since):
         return None
     lag = lake.active_files(warehouse.path("share_group_lag_history")) or []
     if any(f.records and f.min_values.get("time", resume.since) <= resume.since
