@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DAGS = ROOT / "airflow" / "dags"
 BIN = Path(sys.executable).parent
 DAG_ID = "sharestate"
-TASKS = ["ingest", "decode", "replay", "analytics", "quality"]
+TASKS = ["ingest", "decode", "replay", "analytics", "quality", "maintain"]
 SPARK_TASKS = TASKS[:4]
 LOGICAL_DATE = "2025-10-10T00:00:00+00:00"
 """After the simulated log (its clock starts at 2025-10-09T08:53:20Z and runs minutes)."""
@@ -256,6 +256,15 @@ def probe(out: Path) -> None:
         except Exception as exc:
             gate[str(code)] = [type(exc).__name__, str(exc)]
     result["quality_exit"] = gate
+    upkeep: dict[str, Any] = {}
+    for code in (0, 2, 70):
+        task, ctx = rendered("maintain", {"maintain_command": f'echo "$SHARESTATE_WAREHOUSE"; '
+                                                              f"exit {code}"})
+        try:
+            upkeep[str(code)] = ["success", task.execute(ctx)]
+        except Exception as exc:
+            upkeep[str(code)] = [type(exc).__name__, str(exc)]
+    result["maintain_exit"] = upkeep
     out.write_text(json.dumps(result, default=str))
 
 
@@ -299,7 +308,7 @@ def test_dagbag_imports_the_dag(probed: dict[str, Any]) -> None:
     assert list(tasks) == TASKS
     for before, after in pairwise(TASKS):
         assert tasks[before]["downstream"] == [after] and tasks[after]["upstream"] == [before]
-    assert tasks["ingest"]["upstream"] == [] and tasks["quality"]["downstream"] == []
+    assert tasks["ingest"]["upstream"] == [] and tasks["maintain"]["downstream"] == []
     for task_id in SPARK_TASKS:
         task = tasks[task_id]
         assert "SparkSubmitOperator" in task["bases"]
@@ -309,6 +318,8 @@ def test_dagbag_imports_the_dag(probed: dict[str, Any]) -> None:
         assert task["timeout"] and task["timeout"] <= 2 * 3600
     assert "BashOperator" in tasks["quality"]["bases"]
     assert tasks["quality"]["retries"] == 1 and tasks["quality"]["timeout"] == 1800
+    assert "BashOperator" in tasks["maintain"]["bases"]
+    assert tasks["maintain"]["retries"] == 1 and tasks["maintain"]["timeout"] == 1800
 
 
 @needs_airflow
@@ -337,6 +348,9 @@ def test_templates_render_for_a_logical_date(probed: dict[str, Any]) -> None:
     assert quality["env"] == {"SHARESTATE_WAREHOUSE": "/var/wh", "SHARESTATE_RUN_ID": RUN_ID,
                               "SHARESTATE_INTERVAL_START": start,
                               "SHARESTATE_INTERVAL_END": end}
+    assert r["maintain"]["bash_command"] == (
+        'sharestate maintain --warehouse "$SHARESTATE_WAREHOUSE"')
+    assert r["maintain"]["env"] == quality["env"]
 
 
 @needs_airflow
@@ -454,6 +468,14 @@ def test_quality_exit_statuses(probed: dict[str, Any]) -> None:
     assert gate["2"][0] == "AirflowFailException"  # bad settings: no retry
     assert gate["3"][0] == "AirflowException"  # the gate could not run: retried
     assert gate["70"][0] == "AirflowException"  # a bug: retried
+
+
+@needs_airflow
+def test_maintain_exit_statuses(probed: dict[str, Any]) -> None:
+    upkeep = probed["maintain_exit"]
+    assert upkeep["0"] == ["success", "/var/wh"]
+    assert upkeep["2"][0] == "AirflowFailException"  # bad settings: no retry
+    assert upkeep["70"][0] == "AirflowException"  # anything else: retried
 
 
 # -- the whole DAG, for real --------------------------------------------------------------

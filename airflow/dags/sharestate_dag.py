@@ -69,7 +69,10 @@ Spark settings), `semantics`, `delivery_limit`, `end_offsets` (JSON file for the
 `full_ingest`, `fail_on_findings`, `quality_command` (run by bash with
 `SHARESTATE_WAREHOUSE`, `SHARESTATE_RUN_ID`, `SHARESTATE_INTERVAL_START`,
 `SHARESTATE_INTERVAL_END` set; default `sharestate quality --warehouse
-"$SHARESTATE_WAREHOUSE"`).
+"$SHARESTATE_WAREHOUSE"`), `maintain_command` (run by bash the same way after the gate
+passed; default `sharestate maintain --warehouse "$SHARESTATE_WAREHOUSE"`: small files
+merged, files no version of the last 7 days reads deleted, logs checkpointed, so that a
+year of hourly runs reads as fast as the first; `true` to skip it).
 
 **Timeouts and retries.** Spark tasks retry twice (5 min, doubling, at most 30 min apart);
 each task has an `execution_timeout`, and `dagrun_timeout` (4 h) fails a run that overruns.
@@ -107,6 +110,7 @@ INTERNAL_EXIT = 70
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_PIPELINES_DIR = str(REPO_ROOT / "pipelines")
 DEFAULT_QUALITY_COMMAND = 'sharestate quality --warehouse "$SHARESTATE_WAREHOUSE"'
+DEFAULT_MAINTAIN_COMMAND = 'sharestate maintain --warehouse "$SHARESTATE_WAREHOUSE"'
 RUN_ID_TIME = "%Y%m%dT%H%M%SZ"
 TRUE = ("1", "true", "yes", "on")
 URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
@@ -223,7 +227,8 @@ def switch(flag: str, value: str) -> str:
 
 
 DEFAULTS = {"spark_conn_id": "spark_default", "pipelines_dir": DEFAULT_PIPELINES_DIR,
-            "spark_conf": "{}", "quality_command": DEFAULT_QUALITY_COMMAND}
+            "spark_conf": "{}", "quality_command": DEFAULT_QUALITY_COMMAND,
+            "maintain_command": DEFAULT_MAINTAIN_COMMAND}
 MACROS = {"setting": setting, "interval_start": interval_start, "interval_end": interval_end,
           "pipeline_run_id": pipeline_run_id, "option": option, "options": options,
           "kafka_sources": kafka_sources, "switch": switch,
@@ -333,6 +338,22 @@ class QualityGateOperator(BashOperator):
             raise
 
 
+class MaintainOperator(BashOperator):
+    """Runs the maintenance command: 0 done; 2 (bad settings, such as a retention shorter
+    than a table allows) fails without retrying; anything else is retried."""
+
+    def execute(self, context: Any) -> Any:
+        try:
+            return super().execute(context)
+        except AirflowException:
+            process = getattr(self.subprocess_hook, "sub_process", None)
+            if getattr(process, "returncode", None) == USAGE_EXIT:
+                raise AirflowFailException(
+                    f"sharestate: the maintenance command's arguments or settings are bad "
+                    f"(exit {USAGE_EXIT}); not retried") from None
+            raise
+
+
 # -- the DAG ------------------------------------------------------------------------------
 
 SPARK_CONF = {
@@ -363,7 +384,7 @@ JOB_ARGS: dict[str, list[str]] = {
 }
 TIMEOUTS = {"ingest": timedelta(hours=2), "decode": timedelta(hours=1),
             "replay": timedelta(hours=2), "analytics": timedelta(hours=1),
-            "quality": timedelta(minutes=30)}
+            "quality": timedelta(minutes=30), "maintain": timedelta(minutes=30)}
 
 
 def _param(description: str, kind: str = "string") -> Param:
@@ -389,6 +410,8 @@ PARAMS = {
                             "in the worker's environment)", "object"),
     "full_ingest": _param("re-ingest every segment", "boolean"),
     "fail_on_findings": _param("fail a Spark task whose job exits 1 (findings)", "boolean"),
+    "maintain_command": _param("maintenance command (bash) after the gate passed; exit 2 = bad "
+                               "settings (not retried); `true` skips it"),
     "quality_command": _param("data-quality command (bash); exit 1 = a gate failed, 2 = bad "
                               "settings (neither retried)"),
 }
@@ -433,19 +456,30 @@ with DAG(
             previous >> task
         previous = task
 
+    command_env = {
+        "SHARESTATE_WAREHOUSE": WAREHOUSE_SETTING,
+        "SHARESTATE_RUN_ID": "{{ pipeline_run_id() }}",
+        "SHARESTATE_INTERVAL_START": "{{ interval_start() }}",
+        "SHARESTATE_INTERVAL_END": "{{ interval_end() }}",
+    }
     quality = QualityGateOperator(
         task_id="quality",
         bash_command="{{ setting('quality_command', defaults.quality_command) }}",
-        env={
-            "SHARESTATE_WAREHOUSE": WAREHOUSE_SETTING,
-            "SHARESTATE_RUN_ID": "{{ pipeline_run_id() }}",
-            "SHARESTATE_INTERVAL_START": "{{ interval_start() }}",
-            "SHARESTATE_INTERVAL_END": "{{ interval_end() }}",
-        },
+        env=command_env,
         append_env=True,
         skip_on_exit_code=None,
         retries=1,
         execution_timeout=TIMEOUTS["quality"],
     )
+    maintain = MaintainOperator(
+        task_id="maintain",
+        bash_command="{{ setting('maintain_command', defaults.maintain_command) }}",
+        env=command_env,
+        append_env=True,
+        skip_on_exit_code=None,
+        retries=1,
+        execution_timeout=TIMEOUTS["maintain"],
+    )
     if previous is not None:
         previous >> quality
+    quality >> maintain
