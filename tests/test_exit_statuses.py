@@ -50,7 +50,7 @@ def test_bare_sharestate_prints_the_usage_and_the_commands() -> None:
     assert done.stderr.startswith("usage: sharestate [-h] [--version] COMMAND ...\n")
     listed = [line.split()[0] for line in done.stderr.splitlines() if line.startswith("    ")]
     assert listed == ["decode", "state", "prune", "offsets", "simulate", "run", "sql", "demo",
-                      "quality", "report", "serve"]
+                      "quality", "report", "serve", "maintain"]
     assert "sharestate COMMAND --help" in done.stderr
 
 
