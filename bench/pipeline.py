@@ -21,7 +21,10 @@ segments, the active one up to then), from day 3 on without the segments wholly 
 day before yesterday, as Kafka deletes what it pruned — and one run a day. It prints each
 day's time and the last day's over the first's, then runs once over the whole log into a
 fresh warehouse and says whether the two warehouses are equal, table by table and row by
-row (the columns naming runs left out).
+row (the columns naming runs left out). `--maintain` feeds a second warehouse the same days,
+each run followed by `sharestate maintain` (the DAG's default), the two runs of a day
+back to back, and reports both series, the maintenance's own time and the two warehouses'
+data files.
 
 With `--master spark://HOST:PORT` the runs are `spark-submit pipelines/run_all.py` onto that
 master as the README says to run them (the packed executor environment, built once into
@@ -167,6 +170,19 @@ def tables_equal(left: Path, right: Path) -> list[str]:
             and rows(left, name) != rows(right, name)]
 
 
+def _maintain(warehouse: Path) -> float:
+    """Seconds `sharestate maintain` took on `warehouse`."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "sharestate", "maintain", "--warehouse",
+                    str(warehouse)], check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def _data_files(warehouse: Path) -> int:
+    """The Parquet data files under `warehouse` (removed ones not yet vacuumed included)."""
+    return sum(1 for p in warehouse.rglob("*.parquet") if "_delta_log" not in p.parts)
+
+
 def days_main(args: argparse.Namespace) -> None:
     """`--days`: one warehouse fed a day at a time against one run over every day."""
     from sharestate.simulate.days import day_ends, segments, write_day
@@ -177,21 +193,41 @@ def days_main(args: argparse.Namespace) -> None:
     found = segments(root)
     ends = day_ends(found, args.days)
     master = "local[2]"
-    times = []
+    times: list[float] = []
+    kept: list[float] = []
+    upkeep: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         source, warehouse = Path(tmp) / "source", Path(tmp) / "daily"
+        maintained = Path(tmp) / "maintained"
         for day, end in enumerate(ends, start=1):
             write_day(found, root, source, end, ends[day - 3] if day >= 3 else None)
             wall, _ = run_once(source, master, warehouse=warehouse)
             times.append(wall)
-            print(f"day {day}: {wall:.1f} s", file=sys.stderr, flush=True)
+            line = f"day {day}: {wall:.1f} s"
+            if args.maintain:
+                wall, _ = run_once(source, master, warehouse=maintained)
+                kept.append(wall)
+                upkeep.append(_maintain(maintained))
+                line += f", maintained {kept[-1]:.1f} s (+ {upkeep[-1]:.1f} s maintain)"
+            print(line, file=sys.stderr, flush=True)
         once = Path(tmp) / "once"
         run_once(root, master, warehouse=once)
         differing = tables_equal(warehouse, once)
-    figures = {"days": args.days, "records_per_day": per_day,
-               "seconds": [round(t, 1) for t in times],
-               "last_over_first": round(times[-1] / times[0], 2),
-               "equal_to_one_run": not differing, "differing_tables": differing}
+        figures: dict[str, object] = {
+            "days": args.days, "records_per_day": per_day,
+            "seconds": [round(t, 1) for t in times],
+            "last_over_first": round(times[-1] / times[0], 2),
+            "equal_to_one_run": not differing, "differing_tables": differing}
+        if args.maintain:
+            differing = tables_equal(maintained, once)
+            figures.update({
+                "maintained_seconds": [round(t, 1) for t in kept],
+                "maintained_last_over_first": round(kept[-1] / kept[0], 2),
+                "maintain_seconds": [round(t, 1) for t in upkeep],
+                "data_files": _data_files(warehouse),
+                "maintained_data_files": _data_files(maintained),
+                "maintained_equal_to_one_run": not differing,
+                "maintained_differing_tables": differing})
     for name, value in figures.items():
         print(f"{name:>22}: {value}", file=sys.stderr)
     print(json.dumps(figures))
@@ -213,9 +249,13 @@ def main() -> None:
     parser.add_argument("--cores", nargs="+", type=int, choices=(1, 2), default=[1, 2],
                         help="local cores to run with (default: 1 and 2)")
     parser.add_argument("--days", type=int, help="time daily incremental runs (see above)")
+    parser.add_argument("--maintain", action="store_true",
+                        help="with --days: also a warehouse maintained after each run")
     parser.add_argument("--segment-bytes", type=int, default=256 << 10,
                         help="segment size of the log --days splits (default %(default)s)")
     args = parser.parse_args()
+    if args.maintain and args.days is None:
+        parser.error("--maintain goes with --days")
     if args.days is not None:
         if args.days < 3:
             parser.error("--days must be at least 3")
