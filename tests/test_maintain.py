@@ -58,10 +58,12 @@ def test_bins_pack_small_files_of_one_key_and_leave_the_rest(tmp_path: Path) -> 
     assert [b.bytes for b in bins] == [100, 80]
 
 
-def _history_file(points: dict[tuple[str, int], int], partition: int, top: int) -> Any:
-    key = file_key("share_partition_state_history", points, None)
-    return key(ActiveFile("f", {"state_partition": partition}, 1, {"record_offset": 0},
-                          {"record_offset": top}))
+def _history_file(points: dict[tuple[str, int], int], partition: int, top: int,
+                  since: int | None = None, latest: int = 7) -> Any:
+    key = file_key("share_partition_state_history", points, since)
+    return key(ActiveFile("f", {"state_partition": partition}, 1,
+                          {"record_offset": 0, "timestamp": 1},
+                          {"record_offset": top, "timestamp": latest}))
 
 
 def test_history_and_findings_merge_only_below_the_replay_state() -> None:
@@ -69,6 +71,9 @@ def test_history_and_findings_merge_only_below_the_replay_state() -> None:
     assert _history_file(points, 0, 100) == ()
     assert _history_file(points, 0, 101) is None  # a died run's rows: dropped file by file
     assert _history_file(points, 1, 5) is None  # no state: the partition is replayed whole
+    # the lag walk reads again every file with a row after the moment it goes on from
+    assert _history_file(points, 0, 100, since=7) == ()
+    assert _history_file(points, 0, 100, since=6) is None
     findings = file_key("audit_findings", points, None)
 
     def finding(rule: str, low: tuple[str, int, int], high: tuple[str, int, int]) -> Any:
@@ -167,7 +172,7 @@ def test_maintained_daily_runs_go_on_and_equal_one_run(
         assert cli(["maintain", "--warehouse", str(daily), "--min-files", "2"]) == 0
         out = capsys.readouterr().out
         assert {name: _rows(daily, name) for name in tables} == before
-        if day >= 2:  # two days of appends: the history and the lag history merged
+        if day == 3:  # two days the lag walk is past: their history and lag history merged
             for name in ("share_partition_state_history", "share_group_lag_history"):
                 assert len(_uris(daily / name)) < files[name], (name, out)
         merged = {name: _uris(daily / name) for name in (

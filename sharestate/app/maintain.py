@@ -8,8 +8,9 @@ leaves hundreds of thousands of files. Under the warehouse lease, for each table
    apart: a history or findings file is merged only once the replay's state covers all
    its rows (a run that died before its state is committed has its rows past that state
    dropped by the next run, file by file), findings only with those of their own
-   internal-topic partition, lag history only up to the moment the lag walk goes on from;
-   so the next run still goes on from where the last one stopped;
+   internal-topic partition; history and lag history only up to the moment the lag walk
+   goes on from (it reads again every file holding a later row); so the next run still
+   goes on from where the last one stopped, reading no more than before;
 2. files no version within the retention needs are deleted (vacuum);
 3. the log is checkpointed when 10 or more commits followed the last checkpoint.
 
@@ -115,7 +116,8 @@ def file_key(name: str, points: Mapping[tuple[str, int], int], since: int | None
     if name == "share_partition_state_history":
         def history(f: ActiveFile) -> tuple[()] | None:
             point = points.get((SHARE_STATE_TOPIC, int(f.partition_values["state_partition"])))
-            return () if _at_most(f.max_values.get("record_offset"), point) else None
+            walked = since is None or _at_most(f.max_values.get("timestamp"), since)
+            return () if walked and _at_most(f.max_values.get("record_offset"), point) else None
         return history
     if name == "audit_findings":
         def findings(f: ActiveFile) -> tuple[str, int] | None:
