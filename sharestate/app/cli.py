@@ -853,11 +853,13 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     from sharestate.app import maintain
     from sharestate.lake.compact import RetentionError
     from sharestate.lake.lease import LeaseError
+    from sharestate.spark.console import heartbeat
 
     if not os.path.isdir(args.warehouse):
         raise UsageError(f"no warehouse at {args.warehouse}")
     try:
-        return maintain.run(args)
+        with heartbeat("maintain"):
+            return maintain.run(args)
     except (RetentionError, LeaseError) as exc:
         raise UsageError(str(exc)) from None
 

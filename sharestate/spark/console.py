@@ -5,8 +5,9 @@ A command of several phases (`run`, `demo`) prints one line on stderr as each be
 its arguments and the warehouse lease are checked (`[sharestate] ingest`), on a terminal or
 not: a phase lasts seconds to minutes, so a log gets a handful of lines, and no line is
 ever rewritten. While a phase or another long operation (`report`, `quality`,
-`executor_env`, a `sql` statement such as VACUUM) works, a terminal gets a heartbeat every
-`HEARTBEAT_SECONDS` (`[sharestate] ingest: still working (40 s)`); a log does not.
+`executor_env`, `maintain`, a `sql` statement such as VACUUM) works, a terminal gets a
+heartbeat every `HEARTBEAT_SECONDS` (`[sharestate] ingest: still working (40 s)`); a log
+does not.
 Results stay on stdout; errors are `sharestate: error: ...` lines.
 
 A JVM that `build_session` starts itself is quiet unless `spark.sharestate.verbose` is
