@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -147,6 +148,15 @@ def _rows(warehouse: Path, name: str) -> list[str]:
     return sorted(map(repr, data.to_pylist()))
 
 
+def _commits(table: Path) -> list[Any]:
+    """The table's versions with their times, as `sql --as-of-time` reads them."""
+    from sharestate.lake.rs import commit_times
+
+    versions = [int(h["version"]) for h in DeltaTable(str(table)).history()]
+    return [SimpleNamespace(version=v, timestamp_ms=t)
+            for v, t in commit_times(str(table.resolve()), versions).items()]
+
+
 def _uris(table: Path) -> set[str]:
     return set(DeltaTable(str(table)).file_uris())
 
@@ -183,6 +193,16 @@ def test_maintained_daily_runs_go_on_and_equal_one_run(
     assert run_all(["--source", str(root), "--warehouse", str(once)]) in (0, 1)
     assert {name: _rows(daily, name) for name in tables} == \
         {name: _rows(once, name) for name in tables}
+    # past a vacuum without retention, the first day's versions cannot be read: said so
+    first_day = sorted(c.timestamp_ms for c in _commits(daily / "share_group_lag"))[1]
+    DeltaTable(str(daily / "share_group_lag")).alter.set_table_properties(
+        {"delta.deletedFileRetentionDuration": "interval 0 hours"})
+    assert vacuum(daily / "share_group_lag", 0, dry_run=False)
+    capsys.readouterr()
+    assert cli(["sql", "--warehouse", str(daily), "--as-of-time", str(first_day),
+                "SELECT count(*) FROM share_group_lag"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("sharestate: error: ") and "files are gone" in err[-1], err
 
 
 def test_maintain_refuses_a_short_retention_and_a_held_lease(

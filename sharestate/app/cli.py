@@ -532,6 +532,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
     from sharestate.lake import find_tables, open_lake
     from sharestate.lake.integrity import DamagedTable, check_warehouse
     from sharestate.lake.read_only import session_settings
+    from sharestate.lake.rs import FilesGone
     from sharestate.spark.console import heartbeat, jvm_logging_off
     from sharestate.spark.session import SettingError, build_session
 
@@ -563,7 +564,10 @@ def cmd_sql(args: argparse.Namespace) -> int:
             if args.write and open_lake(spark).backend != "jvm":
                 raise UsageError("--write needs the jvm backend (Delta's SQL): Delta's jars on "
                                  "the classpath and --backend jvm")
-            tables = Tables(spark, args.warehouse, as_of_time=args.as_of_time)
+            try:
+                tables = Tables(spark, args.warehouse, as_of_time=args.as_of_time)
+            except FilesGone as exc:
+                raise UsageError(str(exc)) from None
             if args.as_of_time is not None:
                 absent = sorted(set(find_tables(args.warehouse)) - set(tables.names))
                 if absent:

@@ -92,13 +92,21 @@ def read_table(path: TablePath, columns: Sequence[str] | None = None) -> pa.Tabl
                                                   filesystem=local)
 
 
+class FilesGone(ValueError):
+    """An older version whose data files a vacuum deleted (one line)."""
+
+
 def read_frame(spark: SparkSession, path: TablePath, version: int | None = None) -> DataFrame:
     """The table (at `version`) as a Spark DataFrame over its active Parquet files, listed
     from its log by delta-rs: no Spark job rebuilds the table's state first (ValueError: a
-    table delta-rs cannot read)."""
+    table delta-rs cannot read; FilesGone: `version`'s files were vacuumed)."""
     table = _readable(path, version)
     schema = _spark_schema(table)
     uris = table.file_uris()
+    if version is not None and (gone := [u for u in uris if not os.path.exists(u)]):
+        raise FilesGone(f"{path} at version {version}: {len(gone)} of its {len(uris)} data "
+                        f"files are gone (a vacuum deletes what no version within the "
+                        f"retention reads); ask for a later time")
     if not uris:
         return spark.createDataFrame([], schema)
     return (spark.read.schema(schema).option("basePath", _root(path))
