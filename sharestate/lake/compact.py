@@ -79,10 +79,6 @@ def plan_bins(files: Sequence[ActiveFile], key: FileKey, *, target_bytes: int,
     return bins
 
 
-def _relative(root: str, uri: str) -> str:
-    return os.path.relpath(uri, root)
-
-
 def _rows(one: Bin, schema: pa.Schema, cluster_by: Sequence[str]) -> pa.Table:
     """The bin's rows, partition columns put back from the folder's values, sorted by the
     clustering columns that can be sorted."""
@@ -125,7 +121,7 @@ def compact(path: TablePath, bins: Sequence[Bin], cluster_by: Sequence[str]) -> 
         now = int(time.time() * 1000)
         adds = [AddAction(f.path, f.size, dict(f.partition_values), f.modification_time,
                           False, f.stats) for f in written]
-        removes = [RemoveAction(_relative(root, f.uri), False, now, size,
+        removes = [RemoveAction(os.path.relpath(f.uri, root), False, now, size,
                                 {c: partition_string(v) for c, v in f.partition_values.items()})
                    for one in bins for f, size in zip(one.files, one.sizes, strict=True)]
         custom = {"operationParameters": {"predicate": "[]"},
