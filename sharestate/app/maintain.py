@@ -136,11 +136,11 @@ def file_key(name: str, points: Mapping[tuple[str, int], int], since: int | None
 
 def maintain_table(root: Path, name: str, key: FileKey, settings: Settings) -> Upkeep:
     """Merge, vacuum and checkpoint one table (a table delta-rs cannot read or write, such
-    as one using deletion vectors, is left as it is, saying why)."""
+    as one using deletion vectors, or a damaged one, is left as it is, saying why)."""
     path = root / name
     try:
         return _maintain_table(path, name, key, settings)
-    except (DeltaError, ValueError) as exc:
+    except (DeltaError, ValueError, OSError) as exc:
         if isinstance(exc, RetentionError):
             raise
         return Upkeep(name, 0, 0, 0, 0, None, str(exc).splitlines()[0])
