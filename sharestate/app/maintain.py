@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,23 +88,26 @@ class Upkeep:
         return f"{self.table}: {'; '.join(parts)}"
 
 
+def _rows(path: Path, columns: list[str]) -> list[dict[str, Any]]:
+    """The table's rows (none where it is missing or cannot be read: then nothing that
+    depends on it is merged)."""
+    try:
+        return read_table(path, columns).to_pylist()
+    except (DeltaError, ValueError, OSError):
+        return []
+
+
 def replay_points(root: Path) -> dict[tuple[str, int], int]:
     """The offset up to which each internal-topic partition's replay state has applied
     its log (`replay_state.last_applied_offset`)."""
-    path = root / "replay_state"
-    if not (path / "_delta_log").is_dir():
-        return {}
-    rows = read_table(path, ["topic", "partition", "last_applied_offset"]).to_pylist()
+    rows = _rows(root / "replay_state", ["topic", "partition", "last_applied_offset"])
     return {(r["topic"], r["partition"]): r["last_applied_offset"] for r in rows
             if r["last_applied_offset"] is not None}
 
 
 def lag_since(root: Path) -> int | None:
     """The moment the lag walks go on from (`lag_state`'s one horizon, exclusive), or None."""
-    path = root / "lag_state"
-    if not (path / "_delta_log").is_dir():
-        return None
-    horizons = {r["horizon"] for r in read_table(path, ["horizon"]).to_pylist()}
+    horizons = {r["horizon"] for r in _rows(root / "lag_state", ["horizon"])}
     return None if len(horizons) != 1 or None in horizons else int(horizons.pop()) - 1
 
 
@@ -164,7 +168,8 @@ def maintain(root: Path, settings: Settings) -> list[Upkeep]:
     names = [n for n in table_names() if (root / n / "_delta_log").is_dir()]
     if settings.retain_hours is not None and not settings.dry_run:
         for name in names:
-            vacuum(root / name, settings.retain_hours, dry_run=True)
+            with suppress(DeltaError, OSError):  # a damaged table: said in its own line
+                vacuum(root / name, settings.retain_hours, dry_run=True)
     points, since = replay_points(root), lag_since(root)
     return [maintain_table(root, name, file_key(name, points, since), settings)
             for name in names]
