@@ -92,9 +92,10 @@ def _rows(path: Path, columns: list[str]) -> list[dict[str, Any]]:
     """The table's rows (none where it is missing or cannot be read: then nothing that
     depends on it is merged)."""
     try:
-        return read_table(path, columns).to_pylist()
+        rows: list[dict[str, Any]] = read_table(path, columns).to_pylist()
     except (DeltaError, ValueError, OSError):
         return []
+    return rows
 
 
 def replay_points(root: Path) -> dict[tuple[str, int], int]:
