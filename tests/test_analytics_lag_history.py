@@ -40,7 +40,12 @@ from sharestate.analytics.lag_history import (
 from sharestate.analytics.lag_state import ends_allow, group_state, state_row
 from sharestate.coordinator.share_state import SharePartitionState, StateBatch
 from sharestate.log import CREATE_TIME, LOG_APPEND_TIME, RawRecord, build_batch
-from sharestate.log.end_offsets import data_partitions, end_offsets_at, topic_id_of
+from sharestate.log.end_offsets import (
+    data_partitions,
+    end_offsets_at,
+    log_end_offsets,
+    topic_id_of,
+)
 from sharestate.tables.spec import table
 
 
@@ -280,6 +285,49 @@ def test_a_root_read_for_its_end_offsets_is_not_said_unread(
     assert "topic-0" not in said and f"__share_group_state-0.{aside}" in said
     folders = {p.segments[0].path.parent.name for p in data_partitions([tmp_path])}
     assert f"topic-0-0.{aside}" in folders and "topic-0-0" in folders
+
+
+def test_log_end_offsets_are_past_the_last_batch_or_at_the_newest_segments_base(
+        tmp_path: Path) -> None:
+    """The end offset ListOffsets LATEST answers for a stopped broker: past the newest
+    segment's last batch; at a rolled empty segment's base; keyed by topic id, else by name
+    (never a deleted topic's folder without an id, whose name a newer topic may have)."""
+    _write_partition(tmp_path, "orders-0", [(0, 3, 1000, LOG_APPEND_TIME),
+                                            (3, 4, 2000, LOG_APPEND_TIME)])
+    rolled = _write_partition(tmp_path, "orders-1", [(0, 5, 1000, CREATE_TIME)])
+    (rolled / f"{9:020d}.log").write_bytes(b"")
+    _write_partition(tmp_path, "events-0", [(2, 2, 1000, CREATE_TIME)], topic_id=None)
+    _write_partition(tmp_path, f"events-1.{'ab' * 16}-delete", [(0, 1, 1, CREATE_TIME)],
+                     topic_id=None)
+    _write_partition(tmp_path, "__share_group_state-0", [(0, 1, 1, LOG_APPEND_TIME)])
+    ids = "AAAAAAAAAAAAAAAAAAAAAA"
+    assert log_end_offsets([tmp_path, tmp_path / "missing", tmp_path / "events-0"]) == {
+        (ids, 0): 7, (ids, 1): 9, ("events", 0): 4}
+
+
+def test_a_log_dirs_run_takes_the_lag_from_its_data_topics_unless_told_otherwise(
+        tmp_path: Path) -> None:
+    """`run --source LOG.DIRS`: the lag's end offsets are the data topics' log end offsets
+    (the simulator's own end offsets), not the state's lower bound; an --end-offsets file,
+    a kafka:// source or an --as-of point (the log end is now's) leave them alone."""
+    from sharestate.analytics.lag import FILE, SEGMENTS
+    from sharestate.arguments import read_end_offsets
+    from sharestate.simulate import SimulationConfig, simulate
+    from sharestate.spark.run import _analytics_inputs, parser
+
+    simulate(SimulationConfig(records=200, data_topics=True), tmp_path / "logs")
+    ends = tmp_path / "logs" / "end-offsets.json"
+    truth = read_end_offsets(str(ends))
+
+    def inputs(*extra: str) -> tuple[dict[tuple[str, int], int] | None, str]:
+        args = parser().parse_args(["--source", str(tmp_path / "logs"), "--warehouse",
+                                    str(tmp_path / "warehouse"), *extra])
+        found = _analytics_inputs(args, ["analytics"], {})
+        return found.end_offsets, found.end_offset_source
+
+    assert inputs() == (truth, SEGMENTS)
+    assert inputs("--end-offsets", str(ends)) == (truth, FILE)
+    assert inputs("--as-of-offset", "5") == (None, FILE)
 
 
 # -- going on from where a run left the walk (lag_state) -----------------------------------

@@ -12,10 +12,11 @@ Choices made here:
   unknown the lag uses `terminal_in_state` instead (Kafka would report -1); a row shows which
   was used: `delivery_complete_count` -1 means the batch count.
 - The end offset comes from the caller (`live`: fetched from a cluster, `file`: a file of end
-  offsets), looked up by (topic id, partition) then (topic name, partition); a share-partition
-  missing there, or every one when no end offsets are given, gets the `state` source: the
-  offset after the last in-flight record, or the SPSO when there is none. That is a lower
-  bound, so `lag_is_lower_bound` is true and the lag is a lower bound too.
+  offsets, `segments`: the log end offsets of a log.dirs' data topic folders), looked up by
+  (topic id, partition) then (topic name, partition); a share-partition missing there, or
+  every one when no end offsets are given, gets the `state` source: the offset after the
+  last in-flight record, or the SPSO when there is none. That is a lower bound, so
+  `lag_is_lower_bound` is true and the lag is a lower bound too.
 - The lag is not clamped: a negative lag means the given end offset is older than the state.
   Damaged states can make figures no int64 holds: a lag that is none (a start offset near
   int64's ends) is unknown (None), record counts of overlapping batches stop at int64's
@@ -35,8 +36,9 @@ from sharestate.coordinator.share_state import ShareKey, SharePartitionState
 
 LIVE: Final = "live"
 FILE: Final = "file"
+SEGMENTS: Final = "segments"
 STATE: Final = "state"
-END_OFFSET_SOURCES: Final = (LIVE, FILE, STATE)
+END_OFFSET_SOURCES: Final = (LIVE, FILE, SEGMENTS, STATE)
 
 AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVING, ARCHIVED = 0, 1, 2, 3, 4
 """Delivery states (Kafka's `RecordState`)."""
@@ -128,8 +130,8 @@ def lag_rows(states: Iterable[tuple[ShareKey, SharePartitionState]], context: St
              names: Mapping[str, str] | None = None) -> Iterator[dict[str, Any]]:
     """One `share_group_lag` row per (key, state).
 
-    `end_offsets` come from `end_offset_source` (`live` or `file`); keys they lack fall back
-    to the `state` lower bound. `names` maps topic ids to names (see `topic_names`).
+    `end_offsets` come from `end_offset_source` (`live`, `file` or `segments`); keys they
+    lack fall back to the `state` lower bound. `names` maps topic ids to names (see `topic_names`).
     """
     for key, state in states:
         name = names.get(key.topic_id) if names else None

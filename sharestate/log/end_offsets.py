@@ -178,3 +178,44 @@ def end_offsets_at(partition: DataPartition, times: Sequence[int], *,
         known_until = max(partition.modified_ms, 0)
         points.extend((t, end) for t in wanted[at:] if t <= known_until)
     return EndOffsets(points, LOG_APPEND_TIME if appended else CREATE_TIME, unreadable[0])
+
+
+def log_end_offset(partition: DataPartition, *, limits: ReadLimits = DEFAULT_LIMITS) -> int:
+    """The partition's log end offset as its files tell it (what ListOffsets LATEST answers
+    for a stopped broker's single replica): past the last batch of the newest segment
+    holding one, and never before the newest segment's base offset (Kafka rolls a segment
+    at the log end offset) nor the log start offset."""
+    end = max([partition.log_start_offset,
+               *(segment.base_offset or 0 for segment in partition.segments)])
+    for segment in reversed(partition.segments):
+        last = None
+        for item in read_segment(segment, limits=limits):
+            if isinstance(item, Batch) and item.header.crc_valid:
+                last = item.header.last_offset
+        if last is not None:
+            return max(end, last + 1)
+    return end
+
+
+def log_end_offsets(roots: Iterable[str | os.PathLike[str]], *,
+                    limits: ReadLimits = DEFAULT_LIMITS) -> dict[tuple[str, int], int]:
+    """The log end offset of every data topic partition folder in `roots` (log.dirs roots
+    or partition folders; a root holding none adds nothing), keyed by (topic id,
+    partition); a folder without `partition.metadata` by (topic name, partition), unless it
+    is a deleted topic's (its name may be a newer topic's now)."""
+    ends: dict[tuple[str, int], int] = {}
+    for root in roots:
+        try:
+            partitions = data_partitions([root])
+        except SourceError:
+            continue
+        for partition in partitions:
+            if partition.topic_id is not None:
+                key = partition.topic_id
+            elif partition.segments and not partition.segments[0].path.parent.name.endswith(
+                    "-delete"):
+                key = partition.topic
+            else:
+                continue
+            ends[(key, partition.partition)] = log_end_offset(partition, limits=limits)
+    return ends

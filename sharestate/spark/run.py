@@ -40,7 +40,7 @@ from sharestate.log import (
     SourceUnavailable,
     discover,
 )
-from sharestate.log.end_offsets import is_data_partition
+from sharestate.log.end_offsets import is_data_partition, log_end_offsets
 from sharestate.replay.logs import AsOf
 from sharestate.tables.gold_pass import GoldOptions
 
@@ -104,7 +104,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--end-offsets", metavar="FILE", type=location,
                    help='JSON file of topic end offsets for the lag: '
                         '[{"topic": name-or-id, "partition": p, "end_offset": n}, ...] '
-                        '(default with a kafka:// source: the cluster\'s, read at the start)')
+                        '(default with a kafka:// source: the cluster\'s, read at the start; '
+                        'with a log.dirs source and no --as-of: the log end offsets of its data '
+                        'topics\' partition folders)')
     p.add_argument("--end-offsets-from", action="append", default=[], metavar="SOURCE",
                    type=location,
                    help="where the data topics' end offsets through time come from, for the "
@@ -151,13 +153,28 @@ def _end_offsets(path: str | None) -> dict[tuple[str, int], int] | None:
         raise ArgumentError(str(exc)) from None
 
 
+def _lag_roots(args: argparse.Namespace, jobs: Sequence[str]) -> list[str]:
+    """The folder sources whose data topics' log end offsets are the lag's end offsets: all
+    of them when the lag is now's (no --as-of) and neither an --end-offsets file nor a
+    kafka:// source gives end offsets."""
+    from sharestate.cluster.kafka_options import KAFKA_SCHEME
+
+    sources = args.source or ()
+    if ("analytics" not in jobs or args.end_offsets is not None or args.as_of_offset is not None
+            or args.as_of_time is not None
+            or any(source.startswith(KAFKA_SCHEME) for source in sources)):
+        return []
+    return [source for source in sources if Path(source).is_dir()]
+
+
 def _analytics_inputs(args: argparse.Namespace, jobs: Sequence[str],
                       kafka_options: dict[str, str]) -> AnalyticsInputs:
     """End offsets for the lag now: the file's, else a live source's cluster's (read now,
-    as Kafka's own share-group describe reads them), else none (the lag is a lower bound);
-    for the lag through time, the `--end-offsets-from` sources and the live ones."""
+    as Kafka's own share-group describe reads them), else the log end offsets of the data
+    topics in the folder sources (`_lag_roots`), else none (the lag is a lower bound); for
+    the lag through time, the `--end-offsets-from` sources and the live ones."""
     from sharestate.analytics.end_offset_sources import EndOffsetSourceError, check_source
-    from sharestate.analytics.lag import LIVE
+    from sharestate.analytics.lag import LIVE, SEGMENTS
     from sharestate.cluster import (
         KafkaOptionError,
         KafkaSourceError,
@@ -177,6 +194,9 @@ def _analytics_inputs(args: argparse.Namespace, jobs: Sequence[str],
         raise ArgumentError(str(exc)) from None
     through_time = {"end_offsets_from": sources, "kafka_options": kafka_options,
                     "delivery_limit": args.delivery_limit}
+    if args.end_offsets is None and not live and (roots := _lag_roots(args, jobs)):
+        return AnalyticsInputs(end_offsets=log_end_offsets(roots), end_offset_source=SEGMENTS,
+                               **through_time)
     if args.end_offsets is not None or not live:
         return AnalyticsInputs(end_offsets=_end_offsets(args.end_offsets),
                                end_offsets_file=args.end_offsets, **through_time)
@@ -290,7 +310,8 @@ def run(args: argparse.Namespace, jobs: Sequence[str] = JOBS, *,
     _check_warehouse(args.warehouse)
     segments = None
     if "ingest" in jobs:
-        segments = _check_files(args.source, args.end_offsets_from)
+        segments = _check_files(args.source, [*args.end_offsets_from,
+                                               *_lag_roots(args, jobs)])
         _check_clusters(args.source, kafka_options, args.connect_timeout)
     if "analytics" in jobs:
         _check_clusters(args.end_offsets_from, kafka_options, args.connect_timeout)
