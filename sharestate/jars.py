@@ -32,7 +32,8 @@ LOCK_FILE = Path(__file__).with_name("jars.lock")
 
 # The roots of each set; Maven resolves their runtime dependencies into the lock.
 # Broker sets add log4j's slf4j binding (the broker logs through slf4j 1.7, and its
-# artifacts leave the binding to the distribution). Kafka 4.3 moved kafka-dump-log into
+# artifacts leave the binding to the distribution; its log4j release is the one
+# kafka-server's pom names). Kafka 4.3 moved kafka-dump-log into
 # kafka-tools, which Maven Central serves up to 4.3.1 while the broker goes to 4.4.0 (and
 # 4.3.1's tools do not link against 4.4.0's classes): 4.3.1 is the newest release whose
 # broker and tools run together, the judge; 4.4.0's broker is judged over the protocol by
@@ -51,6 +52,16 @@ SETS: dict[str, tuple[str, ...]] = {
         "org.apache.kafka:kafka_2.13:4.0.2",
         "org.apache.kafka:kafka-tools:4.0.2",
         "org.apache.logging.log4j:log4j-slf4j-impl:2.24.3",
+    ),
+    "kafka-4.1": (
+        "org.apache.kafka:kafka_2.13:4.1.2",
+        "org.apache.kafka:kafka-tools:4.1.2",
+        "org.apache.logging.log4j:log4j-slf4j-impl:2.25.3",
+    ),
+    "kafka-4.2": (
+        "org.apache.kafka:kafka_2.13:4.2.2",
+        "org.apache.kafka:kafka-tools:4.2.2",
+        "org.apache.logging.log4j:log4j-slf4j-impl:2.25.5",
     ),
     # delta-spark 4.4.0 is built for Spark 4.2 (the pip package `delta-spark` is pinned to
     # the same release); jars PySpark already ships are left out at lock time.
