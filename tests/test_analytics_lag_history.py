@@ -303,6 +303,10 @@ def test_log_end_offsets_are_past_the_last_batch_or_at_the_newest_segments_base(
     ids = "AAAAAAAAAAAAAAAAAAAAAA"
     assert log_end_offsets([tmp_path, tmp_path / "missing", tmp_path / "events-0"]) == {
         (ids, 0): 7, (ids, 1): 9, ("events", 0): 4}
+    # a follower's copy behind the leader's, read before or after it: the leader's end
+    _write_partition(tmp_path / "follower", "orders-0", [(0, 3, 1000, LOG_APPEND_TIME)])
+    for roots in ([tmp_path, tmp_path / "follower"], [tmp_path / "follower", tmp_path]):
+        assert log_end_offsets(roots)[(ids, 0)] == 7
 
 
 def test_a_log_dirs_run_takes_the_lag_from_its_data_topics_unless_told_otherwise(

@@ -102,7 +102,7 @@ def _member(workload: Workload, group: str, topics: list[str], ack: Ack = accept
     """A share consumer's session: consume until idle, acknowledging as `ack` says."""
     member = share_consumer(workload, group, topics)
     try:
-        return consume(workload, member, group, ack, idle_s=2.5, max_polls=max_polls)
+        return consume(workload, member, group, ack, idle_s=2.0, max_polls=max_polls)
     finally:
         member.close()
 
@@ -139,7 +139,7 @@ def _before_restart(workload: Workload, names: dict[str, str]) -> dict[int, int]
     share_groups_start_earliest(workload, SHARE_GROUPS)
     _member(workload, RECREATED, ["wide", "narrow"])
     _member(workload, OFFSETS_DELETED, ["wide", "narrow"])
-    _member(workload, TO_LATEST, ["narrow"], max_polls=4)
+    _member(workload, TO_LATEST, ["narrow"], max_polls=2)
     _member(workload, TO_DATETIME, ["wide"])
     _member(workload, ARCHIVING, ["narrow"], mixed)
     _member(workload, TOPIC_GONE, ["gone", "narrow"])

@@ -202,7 +202,8 @@ def log_end_offsets(roots: Iterable[str | os.PathLike[str]], *,
     """The log end offset of every data topic partition folder in `roots` (log.dirs roots
     or partition folders; a root holding none adds nothing), keyed by (topic id,
     partition); a folder without `partition.metadata` by (topic name, partition), unless it
-    is a deleted topic's (its name may be a newer topic's now)."""
+    is a deleted topic's (its name may be a newer topic's now). A partition in several
+    roots (replicas: brokers' copies of a cluster) has the largest, its leader's."""
     ends: dict[tuple[str, int], int] = {}
     for root in roots:
         try:
@@ -217,5 +218,6 @@ def log_end_offsets(roots: Iterable[str | os.PathLike[str]], *,
                 key = partition.topic
             else:
                 continue
-            ends[(key, partition.partition)] = log_end_offset(partition, limits=limits)
+            where = (key, partition.partition)
+            ends[where] = max(ends.get(where, 0), log_end_offset(partition, limits=limits))
     return ends
