@@ -156,17 +156,18 @@ class ReleaseWorkloads:
 @pytest.fixture(scope="session", autouse=True)
 def kafka_releases(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
                    ) -> Iterator[ReleaseWorkloads]:
-    """The other releases' brokers (4.0.2, 4.4.0), each with kafka_workload's short
-    share-group workload, when the release tests are collected: run one after the other in
-    a thread of their own from the session's start (a workload mostly waits on its broker:
+    """The brokers of the release tests collected (4.0.2, 4.1.2, 4.2.2, 4.4.0), each with
+    kafka_workload's short share-group workload: run one after the other in a thread of
+    their own from the session's start (a workload mostly waits on its broker:
     idle polls, lock timeouts) while the tests before them run. Not the judge's workload:
     what it leaves (open transactions, members kept in their groups, offsets retained for
     a minute) is judged right after it. Under pytest-xdist every worker collects every
     test but only one runs the release tests (they are in the judge's xdist group), so
     there they begin with the judge's broker, in the worker that starts it, or at the
     first release test."""
-    needed = set().union(*(getattr(item, "fixturenames", ()) for item in request.session.items))
-    versions = ("4.0", "4.4") if RELEASE_FIXTURE in needed else ()
+    collected = (getattr(item, "callspec", None) for item in request.session.items)
+    versions = tuple(dict.fromkeys(str(spec.params[RELEASE_FIXTURE]) for spec in collected
+                                   if spec is not None and RELEASE_FIXTURE in spec.params))
     workdirs = {version: tmp_path_factory.mktemp(f"kafka-{version}") for version in versions}
     with ExitStack() as stack:
         def start(version: str) -> Workload:

@@ -62,19 +62,28 @@ class Release:
     dump_class: str | None
     share_version: int | None = None
     early_access: bool = False
+    librdkafka_shares: bool = True
+    """Whether librdkafka's share consumer can fetch from it (4.0: only the early-access
+    protocol; 4.1: a ShareFetch's member id must be URL-safe base64, librdkafka's is not)."""
 
 
 # 4.3.1 is the judge: the newest release whose broker and tools (kafka-dump-log moved into
 # kafka-tools in 4.3) Maven Central serves together. 4.4.0's broker is there without its
 # tools: 4.3.1's admin tools talk to it over the protocol. 4.0 wrote the early-access
-# share-state layout and needs its early-access switches. Each release is formatted with
-# share groups at its own default level.
+# share-state layout and needs its early-access switches. 4.1 (share groups in preview:
+# share.version defaults to 0 there) and 4.2 (share.version 1 by default) carry
+# kafka-dump-log in the broker's jar. Each release is formatted with share groups at the
+# level it ships (4.1: the level that enables its preview).
 RELEASES = {
     "4.3": Release("4.3.1", "kafka-4.3", "kafka-4.3", "org.apache.kafka.tools.DumpLogSegments",
                    share_version=1),
     "4.4": Release("4.4.0", "kafka-4.4", "kafka-4.3", None, share_version=2),
     "4.0": Release("4.0.2", "kafka-4.0", "kafka-4.0", "kafka.tools.DumpLogSegments",
-                   early_access=True),
+                   early_access=True, librdkafka_shares=False),
+    "4.1": Release("4.1.2", "kafka-4.1", "kafka-4.1", "kafka.tools.DumpLogSegments",
+                   share_version=1, librdkafka_shares=False),
+    "4.2": Release("4.2.2", "kafka-4.2", "kafka-4.2", "kafka.tools.DumpLogSegments",
+                   share_version=1),
 }
 
 SHARE_STATE_PARTITIONS = 3

@@ -345,7 +345,7 @@ def run_workload(broker: KafkaBroker) -> Workload:
 
 
 RELEASE_GROUPS = {"sg-a": "orders", "sg-b": "events"}
-"""The short workload's share groups, each with the topic 4.0's console consumer reads."""
+"""The short workload's share groups, each with the topic a release's console consumer reads."""
 
 
 def run_release_workload(broker: KafkaBroker) -> Workload:
@@ -354,9 +354,9 @@ def run_release_workload(broker: KafkaBroker) -> Workload:
     create_topics(workload)
     produce(workload)
     share_groups_start_earliest(workload, RELEASE_GROUPS)
-    if broker.release.early_access:
-        # librdkafka speaks only the released protocol: 4.0's own console consumer,
-        # releasing what it reads once, then accepting.
+    if not broker.release.librdkafka_shares:
+        # The release's own console consumer (librdkafka cannot fetch there), releasing
+        # what it reads once, then accepting.
         for group, topic in RELEASE_GROUPS.items():
             every = str(TOPICS[topic] * RECORDS_PER_PARTITION[topic])
             for flag in ("--release", None):
