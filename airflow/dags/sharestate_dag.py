@@ -319,9 +319,13 @@ class SharestateSparkSubmitOperator(SparkSubmitOperator):
                                      and line.endswith(f"(run {run_ids[-1]})") for line in tail)
 
 
-class QualityGateOperator(BashOperator):
-    """Runs the quality command: 0 passes; 1 (a gate failed) and 2 (bad settings) fail
-    without retrying; anything else (3 the gate could not run, 70 a bug) is retried."""
+class CommandOperator(BashOperator):
+    """Runs a sharestate command through bash: 0 succeeds; a status in `not_retried` fails
+    without retrying, with its message; anything else (70 a bug, ...) is retried."""
+
+    def __init__(self, *, not_retried: Mapping[int, str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.not_retried = dict(not_retried)
 
     def execute(self, context: Any) -> Any:
         try:
@@ -329,28 +333,8 @@ class QualityGateOperator(BashOperator):
         except AirflowException:
             process = getattr(self.subprocess_hook, "sub_process", None)
             status = getattr(process, "returncode", None)
-            if status == FINDINGS_EXIT:
-                raise AirflowFailException("sharestate: a data-quality gate failed") from None
-            if status == USAGE_EXIT:
-                raise AirflowFailException(
-                    f"sharestate: the quality command's arguments or settings are bad (exit "
-                    f"{USAGE_EXIT}); not retried") from None
-            raise
-
-
-class MaintainOperator(BashOperator):
-    """Runs the maintenance command: 0 done; 2 (bad settings, such as a retention shorter
-    than a table allows) fails without retrying; anything else is retried."""
-
-    def execute(self, context: Any) -> Any:
-        try:
-            return super().execute(context)
-        except AirflowException:
-            process = getattr(self.subprocess_hook, "sub_process", None)
-            if getattr(process, "returncode", None) == USAGE_EXIT:
-                raise AirflowFailException(
-                    f"sharestate: the maintenance command's arguments or settings are bad "
-                    f"(exit {USAGE_EXIT}); not retried") from None
+            if status in self.not_retried:
+                raise AirflowFailException(f"sharestate: {self.not_retried[status]}") from None
             raise
 
 
@@ -462,24 +446,23 @@ with DAG(
         "SHARESTATE_INTERVAL_START": "{{ interval_start() }}",
         "SHARESTATE_INTERVAL_END": "{{ interval_end() }}",
     }
-    quality = QualityGateOperator(
-        task_id="quality",
-        bash_command="{{ setting('quality_command', defaults.quality_command) }}",
-        env=command_env,
-        append_env=True,
-        skip_on_exit_code=None,
-        retries=1,
-        execution_timeout=TIMEOUTS["quality"],
-    )
-    maintain = MaintainOperator(
-        task_id="maintain",
-        bash_command="{{ setting('maintain_command', defaults.maintain_command) }}",
-        env=command_env,
-        append_env=True,
-        skip_on_exit_code=None,
-        retries=1,
-        execution_timeout=TIMEOUTS["maintain"],
-    )
+    bad_settings = f"arguments or settings are bad (exit {USAGE_EXIT}); not retried"
+    # quality: 1 a gate failed, 2 bad settings (neither retried), 3 could not run (retried)
+    quality, maintain = (
+        CommandOperator(
+            task_id=task_id,
+            bash_command=f"{{{{ setting('{task_id}_command', defaults.{task_id}_command) }}}}",
+            env=command_env,
+            append_env=True,
+            skip_on_exit_code=None,
+            retries=1,
+            execution_timeout=TIMEOUTS[task_id],
+            not_retried=not_retried,
+        )
+        for task_id, not_retried in (
+            ("quality", {FINDINGS_EXIT: "a data-quality gate failed",
+                         USAGE_EXIT: f"the quality command's {bad_settings}"}),
+            ("maintain", {USAGE_EXIT: f"the maintenance command's {bad_settings}"})))
     if previous is not None:
         previous >> quality
     quality >> maintain
